@@ -1,0 +1,18 @@
+"""canvaslab: run and study block-diffusion language models (DiffusionGemma first).
+
+The package is organised by the product's parts:
+
+- ``canvaslab.models``      presets, local checkpoints and config files -> a ready model + tokenizer
+- ``canvaslab.generation``  transformers' own generate loop, with per-row randomness
+- ``canvaslab.capture``     module/op capture of row 0 and byte-exact comparison against a reference
+- ``canvaslab.studies``     the studies (batch size, ...), each a function plus a CLI command
+- ``canvaslab.analysis``    measures computed from study outputs
+- ``canvaslab.reports``     rich tables and JSON output
+- ``canvaslab.cli``         the ``canvaslab`` command
+"""
+
+from canvaslab.errors import CanvaslabError
+
+__version__ = "0.1.0"
+
+__all__ = ["CanvaslabError", "__version__"]

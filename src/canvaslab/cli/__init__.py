@@ -1,0 +1,1 @@
+"""The ``canvaslab`` command. One module per command group; each registers itself on ``app``."""
