@@ -1,0 +1,1 @@
+"""Measures computed from study outputs (trace files, result tables); no model needed."""

@@ -1,0 +1,137 @@
+"""Compare a run's capture with the reference (B=1) capture: where results first part, and why.
+
+The *first divergence* is the first recorded call, in execution order, whose row-0 output differs. The
+*origin* is the first call whose inputs were identical but whose output was not: the operation that
+created the difference rather than passed it on. When the first differing call already had differing
+inputs, the difference came from code between two recorded calls, and the origin says so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from canvaslab.capture.digest import bits
+from canvaslab.capture.recorder import Capture, CallRecord, PassKey
+
+_DECODER_LAYER = re.compile(r"(^|\.)decoder\.layers\.(\d+)$")
+
+
+@dataclass
+class Comparison:
+    passes_total: int = 0
+    passes_matching: int = 0
+    bytes_compared: int = 0
+    first: CallRecord | None = None
+    first_inputs_matched: bool | None = None
+    origin: dict[str, Any] | None = None
+    structure_changed: str | None = None
+    spread_pass: PassKey | None = None
+    positions_per_layer: dict[str, int] = field(default_factory=dict)
+    canvas_positions: int | None = None
+
+    @property
+    def diverged(self) -> bool:
+        return self.first is not None or self.structure_changed is not None
+
+    def detail_targets(self, reference: Capture) -> set[tuple[PassKey, int]]:
+        """Calls whose full row-0 outputs the detailed comparison needs."""
+        if self.first is None:
+            return set()
+        targets = {(self.first.pass_key, self.first.position)}
+        for record in reference.by_pass().get(self.spread_pass, []):
+            if record.kind == "module" and (record.name.endswith("router.proj") or record.name.endswith("lm_head")):
+                targets.add((record.pass_key, record.position))
+        return targets
+
+
+def _same_call(a: CallRecord, b: CallRecord) -> bool:
+    return a.kind == b.kind and a.name == b.name and a.shape == b.shape
+
+
+def _origin(group_ref: list[CallRecord], group_run: list[CallRecord], index: int) -> dict[str, Any]:
+    first_ref, first_run = group_ref[index], group_run[index]
+    if first_ref.inputs == first_run.inputs:
+        op = first_ref.name.split("::")[-1] if first_ref.kind == "op" else None
+        return {"name": first_ref.name, "kind": first_ref.kind, "op": op, "inputs_identical": True,
+                "explanation": "inputs identical, output differs: the difference is created here"}
+    before = group_ref[index - 1].name if index else "the start of this pass"
+    return {"name": first_ref.name, "kind": first_ref.kind, "op": None, "inputs_identical": False,
+            "explanation": f"inputs already differ: the difference was made by unrecorded code between "
+                           f"{before} and {first_ref.name}, or arrived through state (e.g. the KV cache)"}
+
+
+def _positions_per_layer(group_ref: list[CallRecord], group_run: list[CallRecord]) -> tuple[dict[str, int], int | None]:
+    counts, width = {}, None
+    for ref, run in zip(group_ref, group_run):
+        match = _DECODER_LAYER.search(ref.name)
+        if ref.kind == "module" and match and ref.positions is not None and run.positions is not None:
+            counts[f"layer {match.group(2)}"] = sum(a != b for a, b in zip(ref.positions, run.positions))
+            width = len(ref.positions)
+    return counts, width
+
+
+def compare_captures(reference: Capture, run: Capture) -> Comparison:
+    """Byte-exact comparison of two captures, pass by pass, in execution order."""
+    result = Comparison()
+    ref_groups, run_groups = reference.by_pass(), run.by_pass()
+    for key, group_ref in ref_groups.items():
+        group_run = run_groups.get(key)
+        if group_run is None:
+            result.structure_changed = result.structure_changed or f"{key.label()} is missing from the run"
+            continue
+        aligned = [(a, b) for a, b in zip(group_ref, group_run)]
+        structure_ok = len(group_ref) == len(group_run) and all(_same_call(a, b) for a, b in aligned)
+        if not structure_ok and result.structure_changed is None:
+            result.structure_changed = f"the recorded calls of {key.label()} differ in number or kind"
+        result.bytes_compared += sum(a.nbytes for a, _ in aligned if a.kind != "op")
+        differing = [i for i, (a, b) in enumerate(aligned) if a.output != b.output]
+        if key.phase == "decoder":
+            result.passes_total += 1
+            result.passes_matching += int(structure_ok and not differing)
+        if differing and result.first is None:
+            result.first = group_ref[differing[0]]
+            result.origin = _origin(group_ref, group_run, differing[0])
+            result.first_inputs_matched = result.origin["inputs_identical"]
+            result.spread_pass = key if key.phase == "decoder" else PassKey(key.canvas, "decoder", 0)
+        if result.spread_pass == key:
+            result.positions_per_layer, result.canvas_positions = _positions_per_layer(group_ref, group_run)
+    extra = [key for key in run_groups if key not in ref_groups and key.phase == "decoder"]
+    result.passes_total += len(extra)  # passes only the run made (it stopped later) never match
+    if extra and result.structure_changed is None:
+        result.structure_changed = f"the run made {len(extra)} more decoder passes than the reference"
+    return result
+
+
+def element_difference(a: torch.Tensor, b: torch.Tensor) -> dict[str, Any]:
+    """Fraction of elements whose bits differ, and the largest absolute difference."""
+    if a.shape != b.shape:
+        return {"fraction_changed": None, "max_abs_diff": None, "note": f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}"}
+    changed = (bits(a) != bits(b)).reshape(-1)
+    max_abs = (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+    return {"fraction_changed": changed.double().mean().item(), "elements": a.numel(), "max_abs_diff": max_abs}
+
+
+def detail(comparison: Comparison, reference: Capture, run: Capture) -> dict[str, Any]:
+    """Element-level statistics from the kept tensors of a detailed re-run of both sides."""
+    first_key = (comparison.first.pass_key, comparison.first.position)
+    first = element_difference(reference.kept[first_key], run.kept[first_key])
+    router_changed = router_total = 0
+    logits = None
+    for key, ref_tensor in reference.kept.items():
+        record = next(r for r in reference.by_pass()[key[0]] if r.position == key[1])
+        if key[0] != comparison.spread_pass or key not in run.kept:
+            continue
+        if record.name.endswith("router.proj"):
+            router_changed += int((bits(ref_tensor) != bits(run.kept[key])).sum().item())
+            router_total += ref_tensor.numel()
+        elif record.name.endswith("lm_head"):
+            logits = element_difference(ref_tensor, run.kept[key])
+    return {
+        "first": first,
+        "router_scores_changed_pct": 100.0 * router_changed / router_total if router_total else None,
+        "final_logits_changed_pct": 100.0 * logits["fraction_changed"] if logits and logits["fraction_changed"] is not None else None,
+    }

@@ -1,0 +1,69 @@
+"""Exact, order-independent fingerprints of row 0 of a tensor, computed where the tensor lives.
+
+A run at real shapes produces terabytes of activations; holding them is impossible, so every capture
+is reduced on the device to integer digests: the raw bits of each element times an odd per-column and
+per-row weight, summed in int64 (wrapping). Integer addition is associative, so the digest does not
+depend on reduction order, and any single changed element changes it (odd weights are invertible
+mod 2^64). Several changes could cancel only by a 2^-64-scale coincidence.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import nn
+
+_BITS_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def row_slice(tensor: torch.Tensor, batch: int) -> torch.Tensor:
+    """Row 0's share of ``tensor``: ``[: n // batch]`` along dim 0 when dim 0 is a multiple of the batch.
+
+    Covers ``(batch, ...)`` tensors and flattened ``(batch * positions, ...)`` ones. Parameters, scalars and
+    shared tensors (dim 0 not a multiple, e.g. broadcast position embeddings) are kept whole.
+    """
+    if isinstance(tensor, nn.Parameter) or tensor.dim() == 0 or tensor.shape[0] % batch:
+        return tensor
+    return tensor[: tensor.shape[0] // batch]
+
+
+@lru_cache(maxsize=64)
+def _odd_weights(length: int, salt: int, device: torch.device) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0x5EED + salt)
+    weights = torch.randint(1, 1 << 30, (length,), generator=generator, dtype=torch.int64) * 2 + 1
+    return weights.to(device)
+
+
+def bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's raw bits as int64, shape ``(rows, last_dim)``."""
+    tensor = tensor.detach().contiguous()
+    if tensor.dtype == torch.bool:
+        tensor = tensor.to(torch.uint8)
+    if tensor.dim() == 0:
+        tensor = tensor.reshape(1)
+    raw = tensor.view(_BITS_VIEW[tensor.element_size()]).to(torch.int64)
+    return raw.reshape(-1, raw.shape[-1]) if raw.dim() > 1 else raw.reshape(1, -1)
+
+
+def digest_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """One int64 digest per row of ``tensor`` viewed as ``(rows, last_dim)``."""
+    raw = bits(tensor)
+    return (raw * _odd_weights(raw.shape[1], 0, raw.device)).sum(dim=1)
+
+
+def combine(row_digests: torch.Tensor) -> int:
+    """Fold per-row digests into one (row order matters)."""
+    weights = _odd_weights(row_digests.shape[0], 1, row_digests.device)
+    return int((row_digests * weights).sum().item())
+
+
+def digest(tensor: torch.Tensor) -> int:
+    return combine(digest_rows(tensor))
+
+
+def position_digests(tensor: torch.Tensor) -> list[int] | None:
+    """Per-position digests of a ``(1, positions, hidden)`` activation, else None."""
+    if tensor.dim() != 3 or tensor.shape[0] != 1:
+        return None
+    return digest_rows(tensor[0]).tolist()

@@ -1,0 +1,239 @@
+"""Record row 0 of every encoder and decoder module call, every numeric op, and every sampler decision.
+
+``Recorder`` is a context manager around one ``generate`` call. It uses only PyTorch's extension points:
+module forward (pre-)hooks for module outputs and inputs, a ``TorchFunctionMode`` for the numeric ops
+between modules (the attention kernel, the self-conditioning matmul, the sampler's entropy), and the
+generation runner's ``accept_canvas`` observer for sampler decisions. Each call becomes a ``CallRecord``
+of digests (``capture.digest``), so memory grows with the number of calls, not with activation sizes.
+Calls listed in ``keep`` also keep row 0's full output on the device, for the detailed comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from canvaslab.capture.digest import digest, position_digests, row_slice
+
+# Numeric ops recorded between modules. Only ops whose row 0 depends on row 0 alone: no sorts over
+# flattened tokens, whose order mixes rows.
+RECORDED_OPS = frozenset({
+    "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "scaled_dot_product_attention",
+    "softmax", "log_softmax", "logsumexp", "topk", "sum", "mean", "rsqrt", "pow", "tanh", "argmax",
+})
+# Reductions are row-local only along an explicit, non-batch dim; (dim argument position, default).
+REDUCTIONS = {"softmax": (1, None), "log_softmax": (1, None), "logsumexp": (1, None), "sum": (1, None),
+              "mean": (1, None), "argmax": (1, None), "topk": (2, -1)}
+# Modules whose internals reorder tokens across rows (expert dispatch): recorded as a whole only.
+OPAQUE_MODULE_SUFFIXES = ("Experts",)
+
+
+@dataclass(frozen=True)
+class PassKey:
+    """Where in the generation a call happened: the encoder of a canvas, or a decoder pass (step)."""
+
+    canvas: int
+    phase: str  # "prompt_cache" | "encoder" | "decoder"
+    step: int  # decoder pass within the canvas (0-based); 0 for the encoder
+
+    def label(self) -> str:
+        if self.phase == "prompt_cache":
+            return "prompt cache (B=1 encoder)"
+        return f"canvas {self.canvas} encoder" if self.phase == "encoder" else f"canvas {self.canvas} pass {self.step}"
+
+
+@dataclass
+class CallRecord:
+    kind: str  # "module" | "op" | "sampler"
+    name: str
+    pass_key: PassKey
+    position: int  # index of the call within its pass
+    inputs: tuple[int, ...]
+    output: int
+    nbytes: int
+    shape: tuple[int, ...]
+    positions: list[int] | None = None
+
+
+@dataclass
+class Capture:
+    """Everything recorded in one generate call."""
+
+    batch: int
+    records: list[CallRecord] = field(default_factory=list)
+    kept: dict[tuple[PassKey, int], torch.Tensor] = field(default_factory=dict)
+
+    def by_pass(self) -> dict[PassKey, list[CallRecord]]:
+        groups: dict[PassKey, list[CallRecord]] = {}
+        for record in self.records:
+            groups.setdefault(record.pass_key, []).append(record)
+        return groups
+
+
+def first_tensor(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+def tensors_in(values: Iterable[Any]) -> list[torch.Tensor]:
+    found = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(tensors_in(value))
+        elif isinstance(value, dict):
+            found.extend(tensors_in(value.values()))
+    return found
+
+
+def _row_local(name: str, args: tuple, kwargs: dict) -> bool:
+    """False for reductions over all elements or over dim 0, which mix rows."""
+    if name not in REDUCTIONS:
+        return True
+    position, default = REDUCTIONS[name]
+    dim = kwargs.get("dim", args[position] if len(args) > position else default)
+    if dim is None or not isinstance(args[0], torch.Tensor):
+        return False
+    dims = dim if isinstance(dim, (list, tuple)) else (dim,)
+    ndim = max(args[0].dim(), 1)
+    return all(isinstance(d, int) and d % ndim != 0 for d in dims)
+
+
+class _OpRecorder(TorchFunctionMode):
+    def __init__(self, recorder: "Recorder"):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        output = func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name in RECORDED_OPS and _row_local(name, args, kwargs) and self.recorder.records_ops_now():
+            self.recorder.add("op", f"{self.recorder.current_module()}::{name}",
+                              tensors_in(list(args) + list(kwargs.values())), output)
+        return output
+
+
+class Recorder:
+    """Context manager recording one generate call of ``model`` whose batch has ``batch`` rows."""
+
+    def __init__(self, model, batch: int, keep: set[tuple[PassKey, int]] | None = None, record_ops: bool = True):
+        self.model = model
+        self.capture = Capture(batch=batch)
+        self.keep = keep or set()
+        self.record_ops = record_ops
+        self._stack: list[str] = []
+        self._opaque_depth = 0
+        self._in_prompt_cache = False
+        self._busy = False  # True while the recorder computes digests: its own ops are not the model's
+        self._pass = PassKey(canvas=-1, phase="encoder", step=0)
+        self._position = 0
+        self._handles: list[Any] = []
+        self._op_mode = _OpRecorder(self)
+        self._names = {module: name or "model" for name, module in model.named_modules()}
+        self._encoder = model.model.encoder
+        self._decoder = model.model.decoder
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+    def current_module(self) -> str:
+        return self._stack[-1] if self._stack else "generate"
+
+    def batch_now(self) -> int:
+        """Rows of the forward in flight: the prompt cache is encoded one prompt at a time."""
+        return 1 if self._in_prompt_cache else self.capture.batch
+
+    def records_ops_now(self) -> bool:
+        return self.record_ops and self._opaque_depth == 0 and not self._busy
+
+    def _enter_pass(self, key: PassKey) -> None:
+        self._pass, self._position = key, 0
+
+    def add(self, kind: str, name: str, inputs: list[torch.Tensor], output: Any, input_digests=None) -> None:
+        self._busy = True
+        try:
+            self._add(kind, name, inputs, output, input_digests)
+        finally:
+            self._busy = False
+
+    def _add(self, kind: str, name: str, inputs: list[torch.Tensor], output: Any, input_digests) -> None:
+        tensor = first_tensor(output)
+        if tensor is None or not tensor.is_floating_point() and tensor.dtype not in (torch.int64, torch.bool, torch.int32):
+            return
+        batch = self.batch_now()
+        row = row_slice(tensor, batch)
+        if input_digests is None:
+            input_digests = tuple(digest(row_slice(t, batch)) for t in inputs)
+        outputs = tensors_in([output])
+        combined = sum(digest(row_slice(t, batch)) * (2 * i + 1) for i, t in enumerate(outputs)) & ((1 << 64) - 1)
+        record = CallRecord(kind, name, self._pass, self._position, tuple(input_digests), combined,
+                            row.numel() * row.element_size(), tuple(row.shape),
+                            position_digests(row) if kind == "module" else None)
+        if (self._pass, self._position) in self.keep:
+            self.capture.kept[(self._pass, self._position)] = row.detach().clone()
+        self.capture.records.append(record)
+        self._position += 1
+
+    # -- hooks -----------------------------------------------------------------------------------------
+    def _pre_hook(self, module, args, kwargs):
+        if module is self._encoder and not self._in_prompt_cache:
+            self._enter_pass(PassKey(self._pass.canvas + 1, "encoder", 0))
+        elif module is self._decoder:
+            step = self._pass.step + 1 if self._pass.phase == "decoder" else 0
+            self._enter_pass(PassKey(self._pass.canvas, "decoder", step))
+        batch = self.batch_now()
+        inputs = tensors_in(list(args) + list(kwargs.values()))
+        self._stack.append(self._names[module])
+        self._busy = True
+        module._canvaslab_inputs = tuple(digest(row_slice(t, batch)) for t in inputs)
+        self._busy = False
+        if type(module).__name__.endswith(OPAQUE_MODULE_SUFFIXES):
+            self._opaque_depth += 1
+
+    def _post_hook(self, module, args, kwargs, output):
+        if type(module).__name__.endswith(OPAQUE_MODULE_SUFFIXES):
+            self._opaque_depth -= 1
+        name = self._stack.pop()
+        inside_opaque = self._opaque_depth > 0
+        if inside_opaque:  # e.g. an expert's activation: its rows are tokens of every batch row, reordered
+            module.__dict__.pop("_canvaslab_inputs", None)
+            return
+        self.add("module", name, [], output, input_digests=module.__dict__.pop("_canvaslab_inputs", ()))
+
+    def on_phase(self, phase: str) -> None:
+        """The runner's phase notification: work before ``generate`` (the prompt cache) is its own pass."""
+        self._in_prompt_cache = phase == "prompt_cache"
+        if self._in_prompt_cache:
+            self._enter_pass(PassKey(canvas=-1, phase="prompt_cache", step=0))
+
+    def on_accept(self, *, logits, accepted_mask, accepted_canvas, cur_step) -> None:
+        """The runner's ``accept_canvas`` observer: the sampler's decision for this pass."""
+        self._busy = True
+        inputs = (digest(row_slice(logits, self.batch_now())),)
+        self._busy = False
+        self.add("sampler", "sampler.accept_canvas", [], (accepted_mask, accepted_canvas), input_digests=inputs)
+
+    # -- context manager ---------------------------------------------------------------------------
+    def __enter__(self) -> "Recorder":
+        for module in self._names:
+            self._handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True))
+        self._op_mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._op_mode.__exit__(*exc)
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()

@@ -1,0 +1,54 @@
+"""The seeds' "copy the B1 prompt cache": encode each prompt alone, then give every row its B=1 cache.
+
+transformers' generate needs at least one uncached token, so the cache holds all prompt tokens but the
+last, encoded at batch size 1; the last token is encoded inside the batch by generate itself. Rows of
+different lengths are left-padded (zeros in the cache, False in the attention mask).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from canvaslab.errors import CanvaslabError
+
+
+@torch.no_grad()
+def _encode_alone(model, prompt_ids: Sequence[int]) -> DynamicCache:
+    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    ids = torch.tensor([list(prompt_ids)], device=model.device)
+    positions = torch.arange(ids.shape[1], device=model.device)[None]
+    model.model.encoder(input_ids=ids, past_key_values=cache, position_ids=positions)
+    return cache
+
+
+def _left_pad(tensor: torch.Tensor, length: int) -> torch.Tensor:
+    missing = length - tensor.shape[-2]
+    return torch.nn.functional.pad(tensor, (0, 0, missing, 0)) if missing else tensor
+
+
+def build_prompt_cache(model, prompts: Sequence[Sequence[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+    """Returns ``(cache, last_tokens (B, 1), attention_mask (B, cached + 1))`` for ``model.generate``."""
+    if any(len(prompt) < 2 for prompt in prompts):
+        raise CanvaslabError("--copy-prompt-cache needs prompts of at least 2 tokens (the last is encoded in the batch)")
+    alone: dict[tuple[int, ...], DynamicCache] = {}
+    for prompt in prompts:
+        key = tuple(prompt[:-1])
+        if key not in alone:
+            alone[key] = _encode_alone(model, key)
+    caches = [alone[tuple(prompt[:-1])] for prompt in prompts]
+    longest = max(range(len(prompts)), key=lambda row: len(prompts[row]))
+    batched = copy.deepcopy(caches[longest])
+    for layer_index, layer in enumerate(batched.layers):
+        length = max(cache.layers[layer_index].keys.shape[-2] for cache in caches)
+        layer.keys = torch.cat([_left_pad(c.layers[layer_index].keys, length) for c in caches])
+        layer.values = torch.cat([_left_pad(c.layers[layer_index].values, length) for c in caches])
+    cached = max(len(prompt) for prompt in prompts) - 1
+    mask = torch.zeros(len(prompts), cached + 1, dtype=torch.long, device=model.device)
+    for row, prompt in enumerate(prompts):
+        mask[row, cached + 1 - len(prompt):] = 1
+    last_tokens = torch.tensor([[prompt[-1]] for prompt in prompts], device=model.device)
+    return batched, last_tokens, mask

@@ -1,0 +1,236 @@
+"""Generation through transformers' own ``model.generate``, with canvaslab's extension points.
+
+canvaslab never reimplements the DiffusionGemma loop. It swaps in, for the duration of one call and on
+the model instance only, the factories the loop already uses (``_prepare_sampler`` and
+``_prepare_diffusion_stopping_criteria``): the sampler may draw from per-row streams, ``accept_canvas``
+calls are reported to observers, and each row's stopping point is recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+import torch
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
+    EntropyBoundSamplerConfig,
+    StableAndConfidentStoppingCriteria,
+)
+
+from canvaslab.errors import CanvaslabError
+from canvaslab.generation.prompt_cache import build_prompt_cache
+from canvaslab.generation.row_randomness import RowRandomness, request_key
+from canvaslab.generation.sampler import RowKeyedMultinomial, RowKeyedSampler
+
+RNG_MODES = ("row", "stock")
+GENERATION_KEYS = (
+    "max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold",
+    "entropy_bound", "max_new_tokens", "eos_token_id", "pad_token_id",
+)
+
+
+class AcceptObserver(Protocol):
+    """Receives every ``accept_canvas`` call of the loop (the commit-order tracer is one).
+
+    An observer may also define ``on_phase(phase)``: it is told ``"prompt_cache"`` before the B=1 prompt
+    cache is built and ``"generate"`` before transformers' loop starts.
+    """
+
+    def on_accept(self, *, logits: torch.Tensor, accepted_mask: torch.Tensor, accepted_canvas: torch.Tensor,
+                  cur_step: int) -> None: ...
+
+
+@dataclass
+class RowResult:
+    """One row's generation: tokens, text and where it stopped."""
+
+    prompt_ids: list[int]
+    tokens: list[int]
+    text: str
+    stop_passes: list[int | None]  # per canvas: decoder passes until the diffusion stop fired, None = budget used up
+    passes: list[int]  # per canvas: decoder passes that counted for this row
+    eos_position: int | None
+
+    @property
+    def stop_point(self) -> dict[str, Any]:
+        return {"stop_passes": self.stop_passes, "eos_position": self.eos_position}
+
+
+@dataclass
+class GenerationOutput:
+    rows: list[RowResult]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+class _StopRecorder(StableAndConfidentStoppingCriteria):
+    """The stock stopping criterion, also recording at which pass each row first stopped."""
+
+    def __init__(self, *args, batch_size: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batch_size = batch_size
+        self.canvases: list[dict[str, list]] = []
+
+    def reset(self):
+        super().reset()
+        self.canvases.append({"stopped_at": [None] * self.batch_size, "passes": 0})
+
+    def __call__(self, argmax_canvas, logits, **kwargs):
+        stop = super().__call__(argmax_canvas, logits, **kwargs)
+        canvas = self.canvases[-1]
+        canvas["passes"] += 1
+        for row in torch.nonzero(stop).flatten().tolist():
+            if canvas["stopped_at"][row] is None:
+                canvas["stopped_at"][row] = canvas["passes"]
+        return stop
+
+
+def resolve_generation(defaults: dict[str, Any], overrides: dict[str, Any] | None) -> dict[str, Any]:
+    settings = {**defaults, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    unknown = set(settings) - set(GENERATION_KEYS)
+    if unknown:
+        raise CanvaslabError(f"unknown generation setting(s): {', '.join(sorted(unknown))}")
+    if "entropy_bound" in settings:
+        settings["entropy_bound"] = float(settings["entropy_bound"])
+    return settings
+
+
+def _generate_kwargs(settings: dict[str, Any]) -> dict[str, Any]:
+    kwargs = {key: value for key, value in settings.items() if key != "entropy_bound"}
+    if "entropy_bound" in settings:
+        kwargs["sampler_config"] = EntropyBoundSamplerConfig(entropy_bound=settings["entropy_bound"])
+    return kwargs
+
+
+def _left_pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(prompt) for prompt in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(list(prompt), device=device)
+        mask[row, width - len(prompt):] = 1
+    return ids, mask
+
+
+@contextlib.contextmanager
+def _instance_override(model, name: str, replacement):
+    """Shadow a bound method on this model instance only; restored on exit."""
+    had_own = name in vars(model)
+    previous = vars(model).get(name)
+    setattr(model, name, replacement)
+    try:
+        yield
+    finally:
+        if had_own:
+            setattr(model, name, previous)
+        else:
+            delattr(model, name)
+
+
+def _observe_accept(sampler, observers: Sequence[AcceptObserver]) -> None:
+    original = sampler.accept_canvas
+
+    def accept_canvas(current_canvas, denoiser_canvas, logits, cur_step):
+        accepted = original(current_canvas, denoiser_canvas, logits, cur_step)
+        for observer in observers:
+            observer.on_accept(logits=logits, accepted_mask=sampler.accepted_token_mask,
+                               accepted_canvas=accepted, cur_step=int(cur_step))
+        return accepted
+
+    sampler.accept_canvas = accept_canvas
+
+
+def _notify_phase(observers: Sequence[AcceptObserver], phase: str) -> None:
+    for observer in observers:
+        if hasattr(observer, "on_phase"):
+            observer.on_phase(phase)
+
+
+def _row_results(tokenizer, prompts, sequences, prompt_width, settings, stopper) -> list[RowResult]:
+    eos_ids = settings.get("eos_token_id") or []
+    eos_ids = set(eos_ids if isinstance(eos_ids, list) else [eos_ids])
+    results = []
+    for row, prompt in enumerate(prompts):
+        tokens = sequences[row, prompt_width:].tolist()
+        eos = next((i for i, token in enumerate(tokens) if token in eos_ids), None)
+        text = tokenizer.decode(tokens[: eos] if eos is not None else tokens, skip_special_tokens=True)
+        stops = [canvas["stopped_at"][row] for canvas in stopper.canvases]
+        passes = [stop if stop is not None else canvas["passes"] for stop, canvas in zip(stops, stopper.canvases)]
+        results.append(RowResult(list(prompt), tokens, text, stops, passes, eos))
+    return results
+
+
+@torch.no_grad()
+def generate(
+    loaded,
+    prompts: Sequence[Sequence[int]],
+    *,
+    seed: int = 0,
+    rng: str = "row",
+    requests: Sequence[str] | None = None,
+    copy_prompt_cache: bool = False,
+    observers: Sequence[AcceptObserver] = (),
+    generation: dict[str, Any] | None = None,
+) -> GenerationOutput:
+    """Generate for a batch of token-id prompts with transformers' own DiffusionGemma loop.
+
+    ``rng="row"`` draws every random choice from per-row streams keyed by ``(seed, request, canvas,
+    step)`` (``requests`` defaults to a hash of each prompt); ``rng="stock"`` keeps transformers' own
+    sampling after ``torch.manual_seed(seed)``, for faithfulness checks.
+    """
+    if rng not in RNG_MODES:
+        raise CanvaslabError(f"--rng {rng!r} is not one of: {', '.join(RNG_MODES)}")
+    if not prompts:
+        raise CanvaslabError("no prompts to generate from")
+    if any(len(prompt) == 0 for prompt in prompts):
+        raise CanvaslabError("a prompt is empty after tokenization")
+    model, batch = loaded.model, len(prompts)
+    settings = resolve_generation(loaded.generation_defaults, generation)
+    requests = list(requests) if requests is not None else [request_key(prompt) for prompt in prompts]
+    if len(requests) != batch:
+        raise CanvaslabError(f"{len(requests)} request keys for {batch} prompts")
+    randomness = RowRandomness(seed=seed, requests=requests) if rng == "row" else None
+    stopper: _StopRecorder | None = None
+
+    def prepare_sampler(generation_config):
+        if randomness is None:
+            sampler = type(model)._prepare_sampler(model, generation_config)
+        else:
+            sampler = RowKeyedSampler(
+                config=generation_config.sampler_config,
+                canvas_length=model.config.canvas_length,
+                vocab_size=model.config.text_config.vocab_size,
+                max_denoising_steps=generation_config.max_denoising_steps,
+                randomness=randomness,
+            )
+        _observe_accept(sampler, observers)
+        return sampler
+
+    def prepare_stopping(generation_config):
+        nonlocal stopper
+        stopper = _StopRecorder(
+            stability_threshold=generation_config.stability_threshold,
+            confidence_threshold=generation_config.confidence_threshold,
+            batch_size=batch,
+        )
+        return stopper
+
+    kwargs = _generate_kwargs(settings)
+    if copy_prompt_cache:
+        _notify_phase(observers, "prompt_cache")
+        cache, input_ids, attention_mask = build_prompt_cache(model, prompts)
+        kwargs["past_key_values"] = cache
+    else:
+        input_ids, attention_mask = _left_pad_prompts(prompts, settings.get("pad_token_id") or 0, model.device)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_instance_override(model, "_prepare_sampler", prepare_sampler))
+        stack.enter_context(_instance_override(model, "_prepare_diffusion_stopping_criteria", prepare_stopping))
+        if randomness is not None:
+            stack.enter_context(RowKeyedMultinomial(randomness))
+        else:
+            torch.manual_seed(seed)
+        _notify_phase(observers, "generate")
+        output = model.generate(input_ids, attention_mask=attention_mask, return_dict_in_generate=True, **kwargs)
+    rows = _row_results(loaded.tokenizer, prompts, output.sequences, input_ids.shape[1], settings, stopper)
+    return GenerationOutput(rows=rows, settings={**settings, "rng": rng, "seed": seed,
+                                                 "copy_prompt_cache": copy_prompt_cache})

@@ -1,0 +1,50 @@
+"""Install per-row randomness into transformers' own sampler and generate loop.
+
+Nothing in transformers is edited. ``RowKeyedSampler`` subclasses ``EntropyBoundSampler`` and only
+changes where its random tokens come from; ``RowKeyedMultinomial`` is a ``TorchFunctionMode`` that, while
+generate runs, answers the loop's single ``torch.multinomial`` call from the per-row streams.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSampler
+
+from canvaslab.generation.row_randomness import RowRandomness
+
+
+class RowKeyedSampler(EntropyBoundSampler):
+    """``EntropyBoundSampler`` whose canvas noise and renoising come from per-row streams."""
+
+    def __init__(self, *args, randomness: RowRandomness, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.randomness = randomness
+
+    def initialize_canvas(self, batch_size: int, device: torch.device) -> torch.LongTensor:
+        # Called once per canvas by the generate loop, before the canvas's first denoising step.
+        self.randomness.start_canvas()
+        return self.randomness.uniform_tokens("init", self.canvas_length, self.vocab_size, device)
+
+    def renoise_canvas(self, accepted_canvas: torch.LongTensor, cur_step: int) -> torch.LongTensor:
+        noise = self.randomness.uniform_tokens("renoise", self.canvas_length, self.vocab_size, accepted_canvas.device)
+        self.randomness.finish_step()
+        return torch.where(self.accepted_token_mask, accepted_canvas, noise)
+
+
+class RowKeyedMultinomial(TorchFunctionMode):
+    """Routes ``torch.multinomial(probs, 1)`` to per-row exponential-race sampling."""
+
+    def __init__(self, randomness: RowRandomness):
+        super().__init__()
+        self.randomness = randomness
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.multinomial:
+            probs = args[0]
+            num_samples = args[1] if len(args) > 1 else kwargs.get("num_samples")
+            if num_samples != 1 or probs.dim() != 2:
+                raise NotImplementedError("per-row sampling supports torch.multinomial(probs_2d, 1) only")
+            return self.randomness.categorical(probs)
+        return func(*args, **kwargs)

