@@ -126,8 +126,8 @@ def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int |
         raise CanvaslabError(f"no usable tokenizer in {path}: {str(error).splitlines()[0]}") from None
     _check_tokenizer(tokenizer, config.text_config.vocab_size, str(path))
     model = DiffusionGemmaForBlockDiffusion.from_pretrained(
-        path, config=config, dtype=resolve_dtype(dtype, torch.bfloat16), local_files_only=True, device_map=str(device)
-    ).eval()
+        path, config=config, dtype=resolve_dtype(dtype, torch.bfloat16), local_files_only=True
+    ).to(device).eval()
     source = {"kind": "checkpoint", "path": str(path), "layers": config.text_config.num_hidden_layers}
     return LoadedModel(model, tokenizer, source, {})
 

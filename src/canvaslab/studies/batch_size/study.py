@@ -42,6 +42,15 @@ def capture_signature(capture: Capture) -> str:
     return hashlib.blake2b(material.encode(), digest_size=12).hexdigest()
 
 
+# Reported instead of a numeric origin when row 0 had to be padded: a semantic cause, not rounding.
+PADDING_ORIGIN = {
+    "name": "left padding of row 0", "kind": "semantic", "op": None, "inputs_identical": False,
+    "explanation": "row 0 was left-padded to the batch's longest prompt: transformers' generate then gives it "
+                   "other input ids, an attention mask with padding and positions shifted by the padding "
+                   "(a semantic batch dependence, not a numeric one)",
+}
+
+
 class _Runner:
     """Generates one batch under capture, for a fixed model and settings."""
 
@@ -82,6 +91,7 @@ def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_siz
         targets = comparison.detail_targets(ref_capture)
         details = detail(comparison, run([rows[0]], keep=targets)[0], run(rows, keep=targets)[0])
     padded = len(rows[0]) < max(len(r) for r in rows)
+    origin = PADDING_ORIGIN if padded and comparison.diverged else comparison.origin
     return {
         "prompt_id": prompt.prompt_id,
         "batch_size": batch_size,
@@ -90,7 +100,7 @@ def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_siz
         "text_changed": row.text != ref_row.text,
         "stop_changed": row.stop_point != ref_row.stop_point,
         "first_divergence": _first_divergence(comparison, details),
-        "origin": comparison.origin,
+        "origin": origin,
         "router_scores_changed_pct": details and details["router_scores_changed_pct"],
         "final_logits_changed_pct": details and details["final_logits_changed_pct"],
         "spread_pass": comparison.spread_pass.label() if comparison.spread_pass else None,

@@ -1,0 +1,87 @@
+"""The study end to end on the tiny preset: its numbers must be consistent with each other."""
+
+import json
+
+import pytest
+
+from canvaslab.cli.main import main
+from canvaslab.io import read_json
+from canvaslab.prompts import builtin_prompts
+from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
+from canvaslab.studies.batch_size.study import PARTIAL_FILE
+
+SUMMARY_KEYS = {"runs", "diverged", "text_changed", "stop_changed", "passes_total", "passes_matching",
+                "bytes_compared", "equivalence_classes", "repeat_control_identical"}
+STEPS = 3
+
+
+def _check_consistent(result, n_prompts, sizes):
+    summary = result["summary"]
+    assert set(summary) == SUMMARY_KEYS
+    assert summary["runs"] == len(result["runs"]) == n_prompts * (len(sizes) - 1)
+    assert summary["passes_matching"] <= summary["passes_total"]
+    assert summary["passes_total"] >= summary["runs"] * STEPS
+    assert summary["text_changed"] <= summary["diverged"] and summary["stop_changed"] <= summary["diverged"]
+    assert sorted(b for group in summary["equivalence_classes"] for b in group) == sizes
+    assert summary["repeat_control_identical"] is True
+    assert summary["bytes_compared"] == sum(run["bytes_compared"] for run in result["runs"]) > 0
+    for run in result["runs"]:
+        assert run["batch_size"] != 1
+        assert run["diverged"] == (run["first_divergence"] is not None or run["run"]["tokens"] != run["reference"]["tokens"])
+        if run["row0_left_padded"]:
+            assert run["origin"]["kind"] == "semantic"
+        elif run["first_divergence"]:
+            assert 0 < run["first_divergence"]["fraction_changed"] <= 1
+            assert run["origin"]["name"]
+        else:
+            assert run["passes_matching"] == run["passes_total"] and not run["text_changed"]
+        # batch sizes in one class have identical signatures
+        same = next(group for group in summary["equivalence_classes"] if run["batch_size"] in group)
+        assert (1 in same) == (not run["diverged"])
+    env = result["environment"]
+    assert {"device", "torch", "transformers", "dtype", "tf32_matmul", "deterministic_algorithms",
+            "attn_implementation", "experts_implementation", "mode"} <= set(env)
+
+
+def test_cli_study_writes_consistent_json(tmp_path, capsys):
+    main(["batch-study", "--prompts", "2", "--batch-sizes", "1,2,3", "--steps", str(STEPS), "--out", str(tmp_path)])
+    result = read_json(tmp_path / "batch_study.json")
+    _check_consistent(result, 2, [1, 2, 3])
+    assert not (tmp_path / PARTIAL_FILE).exists()
+    out = capsys.readouterr().out
+    assert "runs diverged" in out and "batch_study.json" in out
+    # on x86 CPUs the tiny float32 model really does depend on batch size
+    assert result["summary"]["diverged"] >= 1
+
+
+def test_mixed_fill_and_encoder_studied(tiny):
+    settings = BatchStudySettings(batch_sizes=[1, 2, 3], fill="mixed", copy_prompt_cache=False,
+                                  generation={"max_denoising_steps": STEPS})
+    result = run_batch_study(tiny, builtin_prompts(2), settings)
+    _check_consistent(result, 2, [1, 2, 3])
+    padded = {run["prompt_id"]: run["row0_left_padded"] for run in result["runs"]}
+    # builtin-0 (13 tokens) shares its batch with builtin-1 (15 tokens): it is left-padded, the other is not
+    assert padded == {"builtin-0": True, "builtin-1": False}
+
+
+def test_interrupted_study_resumes_without_redoing_runs(tmp_path, tiny):
+    settings = BatchStudySettings(batch_sizes=[1, 2, 3], generation={"max_denoising_steps": STEPS})
+    prompts = builtin_prompts(2)
+    seen = []
+
+    def interrupt_after_first_run(message):
+        seen.append(message)
+        if sum("B=1" not in m for m in seen) == 2:  # the second batched run starts: stop here
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_batch_study(tiny, prompts, settings, out_dir=tmp_path, progress=interrupt_after_first_run)
+    partial = json.loads((tmp_path / PARTIAL_FILE).read_text())
+    assert len(partial["runs"]) == 1
+    resumed_messages = []
+    resumed = run_batch_study(tiny, prompts, settings, out_dir=tmp_path, progress=resumed_messages.append)
+    batched = [m for m in resumed_messages if "B=1" not in m]
+    assert len(batched) == 3  # 4 runs in all, 1 was already done
+    fresh = run_batch_study(tiny, prompts, settings)
+    assert [r["signature"] for r in resumed["runs"]] == [r["signature"] for r in fresh["runs"]]
+    assert resumed["summary"] == fresh["summary"]
