@@ -22,6 +22,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.generation.prompt_cache import build_prompt_cache
 from canvaslab.generation.row_randomness import RowRandomness, request_key
 from canvaslab.generation.sampler import RowKeyedMultinomial, RowKeyedSampler
+from canvaslab.invariant import generation_mode
 
 RNG_MODES = ("row", "stock")
 GENERATION_KEYS = (
@@ -171,12 +172,16 @@ def generate(
     copy_prompt_cache: bool = False,
     observers: Sequence[AcceptObserver] = (),
     generation: dict[str, Any] | None = None,
+    mode: str = "stock",
+    initial_canvas: torch.Tensor | None = None,
 ) -> GenerationOutput:
     """Generate for a batch of token-id prompts with transformers' own DiffusionGemma loop.
 
     ``rng="row"`` draws every random choice from per-row streams keyed by ``(seed, request, canvas,
     step)`` (``requests`` defaults to a hash of each prompt); ``rng="stock"`` keeps transformers' own
-    sampling after ``torch.manual_seed(seed)``, for faithfulness checks.
+    sampling after ``torch.manual_seed(seed)``, for faithfulness checks. ``mode`` selects how batch-sensitive
+    ops are computed (``canvaslab.invariant``: stock, rowwise, invariant). ``initial_canvas`` ``(B, canvas)``
+    replaces the first canvas's random noise (the noise is still drawn, so later draws are unchanged).
     """
     if rng not in RNG_MODES:
         raise CanvaslabError(f"--rng {rng!r} is not one of: {', '.join(RNG_MODES)}")
@@ -216,6 +221,11 @@ def generate(
         return stopper
 
     kwargs = _generate_kwargs(settings)
+    if initial_canvas is not None:
+        if tuple(initial_canvas.shape) != (batch, model.config.canvas_length):
+            raise CanvaslabError(f"initial canvas has shape {tuple(initial_canvas.shape)}, "
+                                 f"expected ({batch}, {model.config.canvas_length})")
+        kwargs["decoder_input_ids"] = initial_canvas.to(model.device)
     if copy_prompt_cache:
         _notify_phase(observers, "prompt_cache")
         cache, input_ids, attention_mask = build_prompt_cache(model, prompts)
@@ -223,6 +233,7 @@ def generate(
     else:
         input_ids, attention_mask = _left_pad_prompts(prompts, settings.get("pad_token_id") or 0, model.device)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(generation_mode(model, mode))
         stack.enter_context(_instance_override(model, "_prepare_sampler", prepare_sampler))
         stack.enter_context(_instance_override(model, "_prepare_diffusion_stopping_criteria", prepare_stopping))
         if randomness is not None:
@@ -232,5 +243,5 @@ def generate(
         _notify_phase(observers, "generate")
         output = model.generate(input_ids, attention_mask=attention_mask, return_dict_in_generate=True, **kwargs)
     rows = _row_results(loaded.tokenizer, prompts, output.sequences, input_ids.shape[1], settings, stopper)
-    return GenerationOutput(rows=rows, settings={**settings, "rng": rng, "seed": seed,
+    return GenerationOutput(rows=rows, settings={**settings, "rng": rng, "seed": seed, "mode": mode,
                                                  "copy_prompt_cache": copy_prompt_cache})
