@@ -37,24 +37,21 @@ class Comparison:
     def diverged(self) -> bool:
         return self.first is not None or self.structure_changed is not None
 
-    def detail_targets(self, reference: Capture) -> set[tuple[PassKey, int]]:
+    def detail_targets(self, reference: Capture) -> set[tuple[PassKey, str, int]]:
         """Calls whose full row-0 outputs the detailed comparison needs."""
         if self.first is None:
             return set()
-        targets = {(self.first.pass_key, self.first.position)}
+        targets = {self.first.key}
         for record in reference.by_pass().get(self.spread_pass, []):
             if record.kind == "module" and (record.name.endswith("router.proj") or record.name.endswith("lm_head")):
-                targets.add((record.pass_key, record.position))
+                targets.add(record.key)
         return targets
 
 
-def _same_call(a: CallRecord, b: CallRecord) -> bool:
-    return a.kind == b.kind and a.name == b.name and a.shape == b.shape
-
-
-def _origin(group_ref: list[CallRecord], group_run: list[CallRecord], index: int) -> dict[str, Any]:
-    first_ref, first_run = group_ref[index], group_run[index]
-    if first_ref.inputs == first_run.inputs:
+def _origin(group_ref: list[CallRecord], matched: dict, index: int) -> dict[str, Any]:
+    first_ref = group_ref[index]
+    first_run = matched.get(first_ref.key)
+    if first_run is not None and first_ref.inputs == first_run.inputs:
         op = first_ref.name.split("::")[-1] if first_ref.kind == "op" else None
         return {"name": first_ref.name, "kind": first_ref.kind, "op": op, "inputs_identical": True,
                 "explanation": "inputs identical, output differs: the difference is created here"}
@@ -64,18 +61,23 @@ def _origin(group_ref: list[CallRecord], group_run: list[CallRecord], index: int
                            f"{before} and {first_ref.name}, or arrived through state (e.g. the KV cache)"}
 
 
-def _positions_per_layer(group_ref: list[CallRecord], group_run: list[CallRecord]) -> tuple[dict[str, int], int | None]:
+def _positions_per_layer(group_ref: list[CallRecord], matched: dict) -> tuple[dict[str, int], int | None]:
     counts, width = {}, None
-    for ref, run in zip(group_ref, group_run):
+    for ref in group_ref:
+        run = matched.get(ref.key)
         match = _DECODER_LAYER.search(ref.name)
-        if ref.kind == "module" and match and ref.positions is not None and run.positions is not None:
+        if ref.kind == "module" and match and run is not None and ref.positions and run.positions:
             counts[f"layer {match.group(2)}"] = sum(a != b for a, b in zip(ref.positions, run.positions))
             width = len(ref.positions)
     return counts, width
 
 
 def compare_captures(reference: Capture, run: Capture) -> Comparison:
-    """Byte-exact comparison of two captures, pass by pass, in execution order."""
+    """Byte-exact comparison of two captures, pass by pass, in the reference's execution order.
+
+    Calls are matched by (pass, name, occurrence), so a mode that adds calls (e.g. attention run once
+    per sequence) still lines up with the reference.
+    """
     result = Comparison()
     ref_groups, run_groups = reference.by_pass(), run.by_pass()
     for key, group_ref in ref_groups.items():
@@ -83,22 +85,22 @@ def compare_captures(reference: Capture, run: Capture) -> Comparison:
         if group_run is None:
             result.structure_changed = result.structure_changed or f"{key.label()} is missing from the run"
             continue
-        aligned = [(a, b) for a, b in zip(group_ref, group_run)]
-        structure_ok = len(group_ref) == len(group_run) and all(_same_call(a, b) for a, b in aligned)
-        if not structure_ok and result.structure_changed is None:
-            result.structure_changed = f"the recorded calls of {key.label()} differ in number or kind"
-        result.bytes_compared += sum(a.nbytes for a, _ in aligned if a.kind != "op")
-        differing = [i for i, (a, b) in enumerate(aligned) if a.output != b.output]
+        matched = {record.key: record for record in group_run}
+        missing = [r for r in group_ref if r.key not in matched or matched[r.key].shape != r.shape]
+        if missing and result.structure_changed is None:
+            result.structure_changed = f"{key.label()}: {missing[0].name} has no counterpart in the run"
+        result.bytes_compared += sum(r.nbytes for r in group_ref if r.kind != "op" and r not in missing)
+        differing = [i for i, r in enumerate(group_ref) if r.key not in matched or matched[r.key].output != r.output]
         if key.phase == "decoder":
             result.passes_total += 1
-            result.passes_matching += int(structure_ok and not differing)
+            result.passes_matching += int(not differing)
         if differing and result.first is None:
             result.first = group_ref[differing[0]]
-            result.origin = _origin(group_ref, group_run, differing[0])
+            result.origin = _origin(group_ref, matched, differing[0])
             result.first_inputs_matched = result.origin["inputs_identical"]
             result.spread_pass = key if key.phase == "decoder" else PassKey(key.canvas, "decoder", 0)
         if result.spread_pass == key:
-            result.positions_per_layer, result.canvas_positions = _positions_per_layer(group_ref, group_run)
+            result.positions_per_layer, result.canvas_positions = _positions_per_layer(group_ref, matched)
     extra = [key for key in run_groups if key not in ref_groups and key.phase == "decoder"]
     result.passes_total += len(extra)  # passes only the run made (it stopped later) never match
     if extra and result.structure_changed is None:
@@ -117,18 +119,19 @@ def element_difference(a: torch.Tensor, b: torch.Tensor) -> dict[str, Any]:
 
 def detail(comparison: Comparison, reference: Capture, run: Capture) -> dict[str, Any]:
     """Element-level statistics from the kept tensors of a detailed re-run of both sides."""
-    first_key = (comparison.first.pass_key, comparison.first.position)
-    first = element_difference(reference.kept[first_key], run.kept[first_key])
+    first_key = comparison.first.key
+    first = (element_difference(reference.kept[first_key], run.kept[first_key]) if first_key in run.kept
+             else {"fraction_changed": None, "max_abs_diff": None, "note": "the run has no such call"})
     router_changed = router_total = 0
     logits = None
     for key, ref_tensor in reference.kept.items():
-        record = next(r for r in reference.by_pass()[key[0]] if r.position == key[1])
-        if key[0] != comparison.spread_pass or key not in run.kept:
+        pass_key, name, _ = key
+        if pass_key != comparison.spread_pass or key not in run.kept or run.kept[key].shape != ref_tensor.shape:
             continue
-        if record.name.endswith("router.proj"):
+        if name.endswith("router.proj"):
             router_changed += int((bits(ref_tensor) != bits(run.kept[key])).sum().item())
             router_total += ref_tensor.numel()
-        elif record.name.endswith("lm_head"):
+        elif name.endswith("lm_head"):
             logits = element_difference(ref_tensor, run.kept[key])
     return {
         "first": first,

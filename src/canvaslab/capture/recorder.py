@@ -51,11 +51,17 @@ class CallRecord:
     name: str
     pass_key: PassKey
     position: int  # index of the call within its pass
+    occurrence: int  # how many calls of the same name came before it in its pass
     inputs: tuple[int, ...]
     output: int
     nbytes: int
     shape: tuple[int, ...]
     positions: list[int] | None = None
+
+    @property
+    def key(self) -> tuple[PassKey, str, int]:
+        """Identifies the same call in another run, even if other calls were added or dropped around it."""
+        return (self.pass_key, self.name, self.occurrence)
 
 
 @dataclass
@@ -64,7 +70,7 @@ class Capture:
 
     batch: int
     records: list[CallRecord] = field(default_factory=list)
-    kept: dict[tuple[PassKey, int], torch.Tensor] = field(default_factory=dict)
+    kept: dict[tuple[PassKey, str, int], torch.Tensor] = field(default_factory=dict)
 
     def by_pass(self) -> dict[PassKey, list[CallRecord]]:
         groups: dict[PassKey, list[CallRecord]] = {}
@@ -129,7 +135,7 @@ class _OpRecorder(TorchFunctionMode):
 class Recorder:
     """Context manager recording one generate call of ``model`` whose batch has ``batch`` rows."""
 
-    def __init__(self, model, batch: int, keep: set[tuple[PassKey, int]] | None = None, record_ops: bool = True):
+    def __init__(self, model, batch: int, keep: set[tuple[PassKey, str, int]] | None = None, record_ops: bool = True):
         self.model = model
         self.capture = Capture(batch=batch)
         self.keep = keep or set()
@@ -140,6 +146,7 @@ class Recorder:
         self._busy = False  # True while the recorder computes digests: its own ops are not the model's
         self._pass = PassKey(canvas=-1, phase="encoder", step=0)
         self._position = 0
+        self._occurrences: dict[str, int] = {}
         self._handles: list[Any] = []
         self._op_mode = _OpRecorder(self)
         self._names = {module: name or "model" for name, module in model.named_modules()}
@@ -158,7 +165,7 @@ class Recorder:
         return self.record_ops and self._opaque_depth == 0 and not self._busy
 
     def _enter_pass(self, key: PassKey) -> None:
-        self._pass, self._position = key, 0
+        self._pass, self._position, self._occurrences = key, 0, {}
 
     def add(self, kind: str, name: str, inputs: list[torch.Tensor], output: Any, input_digests=None) -> None:
         self._busy = True
@@ -177,11 +184,13 @@ class Recorder:
             input_digests = tuple(digest(row_slice(t, batch)) for t in inputs)
         outputs = tensors_in([output])
         combined = sum(digest(row_slice(t, batch)) * (2 * i + 1) for i, t in enumerate(outputs)) & ((1 << 64) - 1)
-        record = CallRecord(kind, name, self._pass, self._position, tuple(input_digests), combined,
+        occurrence = self._occurrences.get(name, 0)
+        self._occurrences[name] = occurrence + 1
+        record = CallRecord(kind, name, self._pass, self._position, occurrence, tuple(input_digests), combined,
                             row.numel() * row.element_size(), tuple(row.shape),
                             position_digests(row) if kind == "module" else None)
-        if (self._pass, self._position) in self.keep:
-            self.capture.kept[(self._pass, self._position)] = row.detach().clone()
+        if record.key in self.keep:
+            self.capture.kept[record.key] = row.detach().clone()
         self.capture.records.append(record)
         self._position += 1
 

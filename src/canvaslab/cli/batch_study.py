@@ -27,6 +27,7 @@ def batch_study(
     copy_prompt_cache: bool = typer.Option(True, "--copy-prompt-cache/--no-copy-prompt-cache",
                                            help="give every row the B=1 prompt cache, as the seeds did; off studies the encoder on the batch"),
     rng: str = options.Rng,
+    mode: str = options.Mode,
     seed: int = options.Seed,
     dtype: str = options.Dtype,
     device: str = options.Device,
@@ -40,7 +41,7 @@ def batch_study(
     """Does row 0's generation depend on what shares its batch? Compare it byte for byte with B=1."""
     sizes = parse_batch_sizes(batch_sizes)
     prompt_list = resolve_prompts(prompts)
-    settings = BatchStudySettings(batch_sizes=sizes, fill=fill, copy_prompt_cache=copy_prompt_cache, rng=rng,
+    settings = BatchStudySettings(batch_sizes=sizes, fill=fill, copy_prompt_cache=copy_prompt_cache, rng=rng, mode=mode,
                                   seed=seed, generation=options.generation_overrides(steps, max_new_tokens),
                                   record_ops=record_ops)
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)

@@ -19,6 +19,7 @@ def generate(
     prompt: List[str] = typer.Option(..., "--prompt", help="a prompt; repeat for a batch"),
     model: str = options.Model,
     rng: str = options.Rng,
+    mode: str = options.Mode,
     seed: int = options.Seed,
     dtype: str = options.Dtype,
     device: str = options.Device,
@@ -32,7 +33,7 @@ def generate(
         raise CanvaslabError("--prompt must not be empty")
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
     ids = [loaded.tokenizer(text)["input_ids"] for text in prompt]
-    output = generate_rows(loaded, ids, seed=seed, rng=rng, generation=options.generation_overrides(steps, max_new_tokens))
+    output = generate_rows(loaded, ids, seed=seed, rng=rng, mode=mode, generation=options.generation_overrides(steps, max_new_tokens))
     console = Console()
     for text, row in zip(prompt, output.rows):
         console.print(f"[bold]{text}[/]\n{row.text}\n[dim]stop: {row.stop_point}[/]\n", highlight=False)

@@ -13,6 +13,7 @@ Layers = typer.Option(None, "--layers", help="keep the first N decoder/encoder l
 ModelSeed = typer.Option(0, "--model-seed", help="seed of the random weights (presets and config.json)")
 Seed = typer.Option(0, "--seed", help="generation seed")
 Rng = typer.Option("row", "--rng", help="row: per-row random streams; stock: transformers' own sampling")
+Mode = typer.Option("stock", "--mode", help="stock | rowwise (the seeds' row-by-row fix) | invariant (batch-invariant ops)")
 Steps = typer.Option(None, "--steps", help="max denoising steps (default: the model's)")
 MaxNewTokens = typer.Option(None, "--max-new-tokens", help="tokens to generate (default: the model's)")
 

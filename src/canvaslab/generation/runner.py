@@ -23,6 +23,7 @@ from canvaslab.generation.prompt_cache import build_prompt_cache
 from canvaslab.generation.row_randomness import RowRandomness, request_key
 from canvaslab.generation.sampler import RowKeyedMultinomial, RowKeyedSampler
 from canvaslab.invariant import generation_mode
+from canvaslab.invariant.padding import per_row_positions
 
 RNG_MODES = ("row", "stock")
 GENERATION_KEYS = (
@@ -234,6 +235,8 @@ def generate(
         input_ids, attention_mask = _left_pad_prompts(prompts, settings.get("pad_token_id") or 0, model.device)
     with contextlib.ExitStack() as stack:
         stack.enter_context(generation_mode(model, mode))
+        if mode == "invariant":
+            stack.enter_context(per_row_positions(model, attention_mask))
         stack.enter_context(_instance_override(model, "_prepare_sampler", prepare_sampler))
         stack.enter_context(_instance_override(model, "_prepare_diffusion_stopping_criteria", prepare_stopping))
         if randomness is not None:

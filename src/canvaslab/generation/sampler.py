@@ -46,5 +46,8 @@ class RowKeyedMultinomial(TorchFunctionMode):
             num_samples = args[1] if len(args) > 1 else kwargs.get("num_samples")
             if num_samples != 1 or probs.dim() != 2:
                 raise NotImplementedError("per-row sampling supports torch.multinomial(probs_2d, 1) only")
-            return self.randomness.categorical(probs)
+            # canvaslab's own sampling is not part of the model under study: hide its per-row ops from
+            # other function modes (the capture recorder); its result is seen through accept_canvas.
+            with torch._C.DisableTorchFunction():
+                return self.randomness.categorical(probs)
         return func(*args, **kwargs)

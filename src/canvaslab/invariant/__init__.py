@@ -4,7 +4,13 @@
 
 - ``stock``: transformers and PyTorch as they are (the batch-variant baseline).
 - ``rowwise``: the seeds' diagnostic fix (router projection and self-conditioning matmul row by row).
-- ``invariant``: every op whose result can depend on batch shape computed so that it cannot.
+- ``invariant``: every op whose result can depend on batch shape computed so that it cannot: matmuls
+  and linear layers, softmax / log-softmax / logsumexp (entropy), last-dim sums and means (RMSNorm),
+  top-k (``BatchInvariantMode``); attention per sequence (``AttentionInterface``); experts with a
+  stable routing sort and fixed-order combine (``ExpertsInterface``). Sampling is made per-row by the
+  runner's per-row random streams (``--rng row``).
+
+``batch_invariant()`` is the op-level switch alone, usable around any PyTorch code.
 """
 
 from __future__ import annotations
@@ -12,14 +18,60 @@ from __future__ import annotations
 import contextlib
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.invariant import attention, experts
+from canvaslab.invariant.ops import REPLACED_OPS, BatchInvariantMode
+from canvaslab.invariant.rowwise import rowwise
 
 MODES = ("stock", "rowwise", "invariant")
+
+
+def replaced_ops(mode: str) -> list[str]:
+    """What a mode replaces, for the environment fingerprint."""
+    if mode == "rowwise":
+        return ["decoder router.proj (per sequence)", "self-conditioning matmul (per row)"]
+    if mode == "invariant":
+        return [*REPLACED_OPS, f"attention: {attention.NAME}", f"experts: {experts.NAME}", "sampling: per-row streams"]
+    return []
+
+
+@contextlib.contextmanager
+def batch_invariant():
+    """Batch-invariant aten ops for the duration of the block (matmuls, softmax family, reductions, top-k)."""
+    with BatchInvariantMode():
+        yield
+
+
+@contextlib.contextmanager
+def _implementations(model, name: str):
+    """Point the model's attention and experts at ``name`` for the block; restore on exit."""
+    configs = [model.config, model.config.text_config]
+    saved = [(c, c._attn_implementation, getattr(c, "_experts_implementation", None)) for c in configs]
+    for config in configs:
+        config._attn_implementation = name
+    model.config.text_config._experts_implementation = name
+    try:
+        yield
+    finally:
+        for config, attn, experts_impl in saved:
+            config._attn_implementation = attn
+            if experts_impl is not None:
+                config._experts_implementation = experts_impl
 
 
 @contextlib.contextmanager
 def generation_mode(model, mode: str):
     if mode not in MODES:
         raise CanvaslabError(f"--mode {mode!r} is not one of: {', '.join(MODES)}")
-    if mode != "stock":
-        raise CanvaslabError(f"--mode {mode} is not implemented yet")
-    yield
+    if mode == "stock":
+        yield
+    elif mode == "rowwise":
+        with rowwise(model):
+            yield
+    else:
+        attention.register()
+        experts.register()
+        with _implementations(model, attention.NAME), batch_invariant():
+            yield
+
+
+__all__ = ["MODES", "batch_invariant", "generation_mode", "replaced_ops"]

@@ -78,7 +78,9 @@ TINY = Preset(
         "num_experts": 8,
         "top_k_experts": 2,
         "moe_intermediate_size": 32,
-        "sliding_window": 64,
+        # Wider than prompt + canvas, as the real model's 1024 is for ordinary prompts: padding then
+        # cannot move a sliding-window edge (see canvaslab.invariant.padding).
+        "sliding_window": 512,
         "layer_types": ["sliding_attention", "full_attention"],
         "max_position_embeddings": 4096,
     },

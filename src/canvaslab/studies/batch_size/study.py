@@ -17,6 +17,7 @@ from typing import Any, Callable
 from canvaslab.capture import Capture, Recorder, compare_captures, detail
 from canvaslab.environment import environment_fingerprint
 from canvaslab.generation import generate
+from canvaslab.invariant import replaced_ops
 from canvaslab.io import read_json, write_json_atomic
 from canvaslab.prompts import Prompt
 from canvaslab.studies.batch_size.design import batch_rows, common_classes, equivalence_classes
@@ -31,14 +32,20 @@ class BatchStudySettings:
     fill: str = "copies"
     copy_prompt_cache: bool = True
     rng: str = "row"
+    mode: str = "stock"
     seed: int = 0
     generation: dict[str, Any] = field(default_factory=dict)
     record_ops: bool = True
 
 
-def capture_signature(capture: Capture) -> str:
-    """A hash of every recorded output of row 0: equal signatures mean byte-identical runs."""
-    material = ",".join(f"{r.name}={r.output}" for r in capture.records)
+def capture_signature(capture: Capture, reference: Capture | None = None) -> str:
+    """A hash of row 0's recorded outputs, over the reference's calls: equal signatures mean identical runs.
+
+    Calls only a batched run makes (e.g. attention once per sequence in invariant mode) are not row 0's.
+    """
+    outputs = {record.key: record.output for record in capture.records}
+    keys = [record.key for record in (reference or capture).records]
+    material = ",".join(f"{key[1]}@{key[2]}={outputs.get(key)}" for key in keys)
     return hashlib.blake2b(material.encode(), digest_size=12).hexdigest()
 
 
@@ -60,7 +67,7 @@ class _Runner:
     def __call__(self, rows: list[list[int]], keep=None):
         recorder = Recorder(self.loaded.model, len(rows), keep=keep, record_ops=self.settings.record_ops)
         with recorder:
-            output = generate(self.loaded, rows, seed=self.settings.seed, rng=self.settings.rng,
+            output = generate(self.loaded, rows, seed=self.settings.seed, rng=self.settings.rng, mode=self.settings.mode,
                               copy_prompt_cache=self.settings.copy_prompt_cache, observers=[recorder],
                               generation=self.settings.generation)
         return recorder.capture, output.rows[0]
@@ -81,7 +88,8 @@ def _first_divergence(comparison, details) -> dict[str, Any] | None:
             **({k: details["first"].get(k) for k in ("fraction_changed", "max_abs_diff")} if details else {})}
 
 
-def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_size: int, fill: str) -> dict[str, Any]:
+def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_size: int, fill: str,
+                mode: str = "stock") -> dict[str, Any]:
     """One run: row 0 of ``rows`` against the B=1 reference, with element-level details if it diverged."""
     ref_capture, ref_row = reference
     capture, row = run(rows)
@@ -91,7 +99,8 @@ def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_siz
         targets = comparison.detail_targets(ref_capture)
         details = detail(comparison, run([rows[0]], keep=targets)[0], run(rows, keep=targets)[0])
     padded = len(rows[0]) < max(len(r) for r in rows)
-    origin = PADDING_ORIGIN if padded and comparison.diverged else comparison.origin
+    # Invariant mode removes padding's effect (per-row positions, padded keys dropped): no semantic cause.
+    origin = PADDING_ORIGIN if padded and comparison.diverged and mode != "invariant" else comparison.origin
     return {
         "prompt_id": prompt.prompt_id,
         "batch_size": batch_size,
@@ -111,7 +120,7 @@ def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_siz
         "bytes_compared": comparison.bytes_compared,
         "structure_changed": comparison.structure_changed,
         "row0_left_padded": padded,
-        "signature": capture_signature(capture),
+        "signature": capture_signature(capture, ref_capture),
         "reference": _row_summary(ref_row),
         "run": _row_summary(row),
     }
@@ -170,7 +179,7 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
         for batch_size in todo:
             notify(f"{prompt.prompt_id}: B={batch_size}")
             rows = batch_rows(ids, others, batch_size, settings.fill)
-            result = compare_run(run, prompt, rows, reference, batch_size, settings.fill)
+            result = compare_run(run, prompt, rows, reference, batch_size, settings.fill, settings.mode)
             runs.append(result)
             signatures[prompt.prompt_id][str(batch_size)] = result["signature"]
             if out_dir is not None:
@@ -184,7 +193,8 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
         "study": "batch_size",
         "config": config,
         "environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
-                                               mode="stock", replaced_ops=[], rng=settings.rng),
+                                               mode=settings.mode, replaced_ops=replaced_ops(settings.mode),
+                                               rng=settings.rng),
         "equivalence_classes_per_prompt": per_prompt,
         "runs": runs,
         "summary": summarize(runs, classes, bool(repeat_identical)),
