@@ -5,6 +5,8 @@ module forward (pre-)hooks for module outputs and inputs, a ``TorchFunctionMode`
 between modules (the attention kernel, the self-conditioning matmul, the sampler's entropy), and the
 generation runner's ``accept_canvas`` observer for sampler decisions. Each call becomes a ``CallRecord``
 of digests (``capture.digest``), so memory grows with the number of calls, not with activation sizes.
+Digests stay on the device until the pass ends and are then read back in one transfer, so capture adds
+one host synchronisation per pass rather than one per call.
 Calls listed in ``keep`` also keep row 0's full output on the device, for the detailed comparison.
 """
 
@@ -16,7 +18,7 @@ from typing import Any, Iterable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from canvaslab.capture.digest import digest, position_digests, row_slice
+from canvaslab.capture.digest import digest_tensor, position_digests, row_slice
 
 # Numeric ops recorded between modules. Only ops whose row 0 depends on row 0 alone: no sorts over
 # flattened tokens, whose order mixes rows.
@@ -147,6 +149,7 @@ class Recorder:
         self._pass = PassKey(canvas=-1, phase="encoder", step=0)
         self._position = 0
         self._occurrences: dict[str, int] = {}
+        self._pending: list[CallRecord] = []
         self._handles: list[Any] = []
         self._op_mode = _OpRecorder(self)
         self._names = {module: name or "model" for name, module in model.named_modules()}
@@ -165,7 +168,27 @@ class Recorder:
         return self.record_ops and self._opaque_depth == 0 and not self._busy
 
     def _enter_pass(self, key: PassKey) -> None:
+        self._flush()
         self._pass, self._position, self._occurrences = key, 0, {}
+
+    def _flush(self) -> None:
+        """Read the pending records' device digests back to host integers, in one transfer."""
+        if not self._pending:
+            return
+        scalars = [d for r in self._pending for d in (*r.inputs, r.output)]
+        device = scalars[0].device
+        values = iter(torch.stack([d.to(device) for d in scalars]).tolist())
+        positioned = [r for r in self._pending if r.positions is not None]
+        if positioned:
+            flat = torch.cat([r.positions.to(device) for r in positioned]).tolist()
+        for record in self._pending:
+            record.inputs = tuple(next(values) for _ in record.inputs)
+            record.output = next(values)
+        offset = 0
+        for record in positioned:
+            width = record.positions.shape[0]
+            record.positions, offset = flat[offset:offset + width], offset + width
+        self._pending.clear()
 
     def add(self, kind: str, name: str, inputs: list[torch.Tensor], output: Any, input_digests=None) -> None:
         self._busy = True
@@ -181,9 +204,9 @@ class Recorder:
         batch = self.batch_now()
         row = row_slice(tensor, batch)
         if input_digests is None:
-            input_digests = tuple(digest(row_slice(t, batch)) for t in inputs)
+            input_digests = tuple(digest_tensor(row_slice(t, batch)) for t in inputs)
         outputs = tensors_in([output])
-        combined = sum(digest(row_slice(t, batch)) * (2 * i + 1) for i, t in enumerate(outputs)) & ((1 << 64) - 1)
+        combined = sum(digest_tensor(row_slice(t, batch)) * (2 * i + 1) for i, t in enumerate(outputs))
         occurrence = self._occurrences.get(name, 0)
         self._occurrences[name] = occurrence + 1
         record = CallRecord(kind, name, self._pass, self._position, occurrence, tuple(input_digests), combined,
@@ -192,6 +215,7 @@ class Recorder:
         if record.key in self.keep:
             self.capture.kept[record.key] = row.detach().clone()
         self.capture.records.append(record)
+        self._pending.append(record)
         self._position += 1
 
     # -- hooks -----------------------------------------------------------------------------------------
@@ -205,7 +229,7 @@ class Recorder:
         inputs = tensors_in(list(args) + list(kwargs.values()))
         self._stack.append(self._names[module])
         self._busy = True
-        module._canvaslab_inputs = tuple(digest(row_slice(t, batch)) for t in inputs)
+        module._canvaslab_inputs = tuple(digest_tensor(row_slice(t, batch)) for t in inputs)
         self._busy = False
         if type(module).__name__.endswith(OPAQUE_MODULE_SUFFIXES):
             self._opaque_depth += 1
@@ -229,7 +253,7 @@ class Recorder:
     def on_accept(self, *, logits, accepted_mask, accepted_canvas, cur_step) -> None:
         """The runner's ``accept_canvas`` observer: the sampler's decision for this pass."""
         self._busy = True
-        inputs = (digest(row_slice(logits, self.batch_now())),)
+        inputs = (digest_tensor(row_slice(logits, self.batch_now())),)
         self._busy = False
         self.add("sampler", "sampler.accept_canvas", [], (accepted_mask, accepted_canvas), input_digests=inputs)
 
@@ -243,6 +267,7 @@ class Recorder:
 
     def __exit__(self, *exc) -> None:
         self._op_mode.__exit__(*exc)
+        self._flush()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

@@ -13,7 +13,9 @@ from canvaslab.errors import CanvaslabError
 # Command modules register themselves on import.
 from canvaslab.cli import batch_study as _batch_study  # noqa: F401,E402
 from canvaslab.cli import generate as _generate  # noqa: F401,E402
+from canvaslab.cli import noise_study as _noise_study  # noqa: F401,E402
 from canvaslab.cli import order_metrics as _order_metrics  # noqa: F401,E402
+from canvaslab.cli import order_study as _order_study  # noqa: F401,E402
 from canvaslab.cli import vocab as _vocab  # noqa: F401,E402  (also registers `assets`)
 
 

@@ -31,7 +31,7 @@ def split_k_plan(k: int, n: int) -> int:
 @triton.jit
 def _matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, k_per_split,
                    s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_ob, s_os, s_om, s_on,
-                   SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, FP32_INPUTS: tl.constexpr,
+                   SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, FP32_INPUTS: tl.constexpr, K_STEPS: tl.constexpr,
                    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -46,8 +46,8 @@ def _matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, k_per_split,
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     a_base = a_ptr + batch * s_ab
     b_base = b_ptr + batch * s_bb
-    for k0 in range(k_start, k_end, BK):
-        ks = k0 + rk
+    for step in range(0, K_STEPS):  # K blocks in order
+        ks = k_start + step * BK + rk
         a = tl.load(a_base + rm[:, None] * s_am + ks[None, :] * s_ak,
                     mask=(rm[:, None] < M) & (ks[None, :] < k_end), other=0.0)
         b = tl.load(b_base + ks[:, None] * s_bk + rn[None, :] * s_bn,
@@ -69,7 +69,7 @@ def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, MN, N, s_pb, s_ps, s_ob,
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in range(SPLIT):  # fixed slice order
+    for s in tl.static_range(SPLIT):  # fixed slice order
         acc += tl.load(part_ptr + batch * s_pb + s * s_ps + offs, mask=mask, other=0.0)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs % N, mask=mask, other=0.0).to(tl.float32)
@@ -85,19 +85,20 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -
     out = torch.empty((z, m, n), device=a.device, dtype=a.dtype)
     split = split_k_plan(k, n)
     k_per_split = triton.cdiv(triton.cdiv(k, split), BLOCK_K) * BLOCK_K
+    k_steps = k_per_split // BLOCK_K  # a compile-time loop count: one specialisation per (K, N) plan
     grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N), z * split)
     fp32 = a.dtype == torch.float32
     if split == 1:
         _matmul_kernel[grid](a3, b3, out, bias if bias is not None else out, m, n, k, k_per_split,
                              a3.stride(0), a3.stride(1), a3.stride(2), b3.stride(0), b3.stride(1), b3.stride(2),
                              out.stride(0), 0, out.stride(1), out.stride(2),
-                             SPLIT=1, HAS_BIAS=bias is not None, FP32_INPUTS=fp32, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K)
+                             SPLIT=1, HAS_BIAS=bias is not None, FP32_INPUTS=fp32, K_STEPS=k_steps, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K)
         return out if batched else out[0]
     partial = torch.empty((z, split, m, n), device=a.device, dtype=torch.float32)
     _matmul_kernel[grid](a3, b3, partial, out, m, n, k, k_per_split,
                          a3.stride(0), a3.stride(1), a3.stride(2), b3.stride(0), b3.stride(1), b3.stride(2),
                          partial.stride(0), partial.stride(1), partial.stride(2), partial.stride(3),
-                         SPLIT=split, HAS_BIAS=False, FP32_INPUTS=fp32, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K)
+                         SPLIT=split, HAS_BIAS=False, FP32_INPUTS=fp32, K_STEPS=k_steps, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K)
     block = 1024
     _sum_splits_kernel[(triton.cdiv(m * n, block), z)](
         partial, bias if bias is not None else out, out, m * n, n, partial.stride(0), partial.stride(1),
@@ -109,13 +110,14 @@ REDUCTIONS = {"logsumexp": 0, "softmax": 1, "log_softmax": 2, "sum": 3, "mean": 
 
 
 @triton.jit
-def _row_kernel(x_ptr, out_ptr, D, s_x, s_o, KIND: tl.constexpr, BLOCK: tl.constexpr):
+def _row_kernel(x_ptr, out_ptr, D, s_x, s_o, KIND: tl.constexpr, BLOCK: tl.constexpr, N_BLOCKS: tl.constexpr):
     row = tl.program_id(0)
     x_row = x_ptr + row * s_x
     offs = tl.arange(0, BLOCK)
     if KIND >= 3:  # sum, mean
         acc = tl.zeros((BLOCK,), dtype=tl.float32)
-        for d0 in range(0, D, BLOCK):
+        for i in range(0, N_BLOCKS):
+            d0 = i * BLOCK
             acc += tl.load(x_row + d0 + offs, mask=d0 + offs < D, other=0.0).to(tl.float32)
         total = tl.sum(acc, axis=0)
         if KIND == 4:
@@ -123,11 +125,13 @@ def _row_kernel(x_ptr, out_ptr, D, s_x, s_o, KIND: tl.constexpr, BLOCK: tl.const
         tl.store(out_ptr + row, total.to(out_ptr.dtype.element_ty))
     else:
         peak = tl.full((BLOCK,), float("-inf"), dtype=tl.float32)
-        for d0 in range(0, D, BLOCK):
+        for i in range(0, N_BLOCKS):
+            d0 = i * BLOCK
             peak = tl.maximum(peak, tl.load(x_row + d0 + offs, mask=d0 + offs < D, other=float("-inf")).to(tl.float32))
         top = tl.max(peak, axis=0)
         acc = tl.zeros((BLOCK,), dtype=tl.float32)
-        for d0 in range(0, D, BLOCK):
+        for i in range(0, N_BLOCKS):
+            d0 = i * BLOCK
             x = tl.load(x_row + d0 + offs, mask=d0 + offs < D, other=float("-inf")).to(tl.float32)
             acc += tl.exp(x - top)
         total = tl.sum(acc, axis=0)
@@ -135,7 +139,8 @@ def _row_kernel(x_ptr, out_ptr, D, s_x, s_o, KIND: tl.constexpr, BLOCK: tl.const
             tl.store(out_ptr + row, (top + tl.log(total)).to(out_ptr.dtype.element_ty))
         else:
             log_total = tl.log(total)
-            for d0 in range(0, D, BLOCK):
+            for i in range(0, N_BLOCKS):
+                d0 = i * BLOCK
                 x = tl.load(x_row + d0 + offs, mask=d0 + offs < D, other=0.0).to(tl.float32)
                 if KIND == 1:
                     y = tl.exp(x - top) / total
@@ -154,5 +159,5 @@ def row_reduce(x: torch.Tensor, kind: str, out_dtype: torch.dtype) -> torch.Tens
     out = torch.empty(rows.shape if elementwise else rows.shape[:1], device=x.device, dtype=out_dtype)
     block = min(4096, triton.next_power_of_2(d))
     _row_kernel[(rows.shape[0],)](rows, out, d, rows.stride(0), out.stride(0) if elementwise else 1,
-                                  KIND=REDUCTIONS[kind], BLOCK=block)
+                                  KIND=REDUCTIONS[kind], BLOCK=block, N_BLOCKS=triton.cdiv(d, block))
     return out.reshape(x.shape) if elementwise else out.reshape(x.shape[:-1])

@@ -1,0 +1,123 @@
+"""How much the commit-order tracer slows generate down (issue 4's goal: <= 2% on the H200 at real shapes).
+
+Times ``canvaslab.generation.generate`` on the same prompts with and without a ``CommitTracer`` observer,
+alternating the two so drift (clocks, other load) hits both alike, after one warm-up of each; with CUDA
+every timing is bracketed by ``torch.cuda.synchronize``. Per-row random streams make every repeat the
+same generation, so both sides do the same work. Building the traces after generate (lists, scoring) is
+timed apart: it is not part of generate.
+
+The time spent inside the tracer's ``on_accept`` is also summed: on a shared or busy CPU, where
+whole-generate timings scatter by more than the overhead itself, it is the steadier number. On CUDA it is
+an upper bound (its one device-to-host copy also waits for the step's queued kernels).
+
+    python benchmarks/tracer_overhead.py --model tiny --out benchmarks/results/tracer_overhead_cpu.json
+    python benchmarks/tracer_overhead.py --model real-shapes --layers 30 --device cuda --batch-size 8 \\
+        --out benchmarks/results/tracer_overhead_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from canvaslab.environment import environment_fingerprint
+from canvaslab.generation import generate
+from canvaslab.io import write_json_atomic
+from canvaslab.models import load_model
+from canvaslab.prompts import BUILTIN_PROMPTS
+from canvaslab.studies.commit_order.probes.probe import make_probe
+from canvaslab.studies.commit_order.tracer import CommitTracer
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny", help="preset, checkpoint directory or config.json")
+    parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=None, help="max denoising steps (default: the model's)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON result file")
+    return parser.parse_args()
+
+
+class TimedTracer(CommitTracer):
+    """A ``CommitTracer`` that sums the seconds spent in its own ``on_accept``."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = 0.0
+
+    def on_accept(self, **kwargs) -> None:
+        start = time.perf_counter()
+        super().on_accept(**kwargs)
+        self.seconds += time.perf_counter() - start
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_generate(loaded, prompts, generation, observers) -> float:
+    """Seconds of one generate call, device work included."""
+    _sync(loaded.device)
+    start = time.perf_counter()
+    generate(loaded, prompts, seed=0, observers=observers, generation=generation)
+    _sync(loaded.device)
+    return time.perf_counter() - start
+
+
+def trace_build_seconds(loaded, prompts, generation) -> tuple[float, int]:
+    """Seconds to turn one traced batch into traces (no scoring: open-ended probes), and the calls seen."""
+    tracer = CommitTracer(loaded.model)
+    output = generate(loaded, prompts, seed=0, observers=[tracer], generation=generation)
+    probes = [make_probe("open_ended", f"bench-{i}", "", {}) for i in range(len(prompts))]
+    start = time.perf_counter()
+    tracer.traces(output.rows, probes, [0] * len(prompts), settings=output.settings)
+    return time.perf_counter() - start, len(tracer.calls)
+
+
+def main() -> None:
+    args = parse_args()
+    loaded = load_model(args.model, dtype=args.dtype, device=args.device, layers=args.layers)
+    texts = [BUILTIN_PROMPTS[i % len(BUILTIN_PROMPTS)] for i in range(args.batch_size)]
+    prompts = [loaded.tokenizer(text)["input_ids"] for text in texts]
+    generation = {"max_denoising_steps": args.steps}
+    CommitTracer(loaded.model)  # refuses an untraceable model before any timing
+    for observers in ([], [CommitTracer()]):  # warm-up
+        timed_generate(loaded, prompts, generation, observers)
+    without, with_tracer, inside = [], [], []
+    for _ in range(args.repeats):
+        without.append(timed_generate(loaded, prompts, generation, []))
+        tracer = TimedTracer()
+        with_tracer.append(timed_generate(loaded, prompts, generation, [tracer]))
+        inside.append(tracer.seconds)
+    build_s, calls = trace_build_seconds(loaded, prompts, generation)
+    base, traced = statistics.median(without), statistics.median(with_tracer)
+    result = {
+        "benchmark": "tracer_overhead",
+        "environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source),
+        "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                   "generation": generation, "accept_calls_per_generate": calls},
+        "generate_s": {"without_tracer": without, "with_tracer": with_tracer,
+                       "median_without_tracer": base, "median_with_tracer": traced},
+        "overhead_pct": 100.0 * (traced - base) / base,
+        "on_accept_s": inside,
+        "on_accept_pct_of_generate": 100.0 * statistics.median(
+            seconds / total for seconds, total in zip(inside, with_tracer)),
+        "trace_build_s": build_s,
+    }
+    write_json_atomic(args.out, result)
+    print(f"generate median {base:.4f} s without, {traced:.4f} s with the tracer: "
+          f"overhead {result['overhead_pct']:+.2f}%; inside on_accept {result['on_accept_pct_of_generate']:.2f}% "
+          f"of generate ({calls} accept calls; building traces {build_s:.4f} s)")
+
+
+if __name__ == "__main__":
+    main()

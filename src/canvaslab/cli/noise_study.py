@@ -1,0 +1,83 @@
+"""``canvaslab noise-study plan|run``: the pre-registered unused-token noise study (seed 000, issue 5).
+
+``plan`` writes the design and its hash before anything runs; ``run`` runs (or resumes) a registered plan
+and refuses one that changed after its first result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from canvaslab.cli import options
+from canvaslab.cli.app import app
+from canvaslab.errors import CanvaslabError
+
+noise_app = typer.Typer(help="The unused-token noise study: register a plan, then run it.", no_args_is_help=True)
+app.add_typer(noise_app, name="noise-study")
+
+
+@noise_app.command("plan")
+def plan_command(
+    model: str = options.Model,
+    out: Path = typer.Option(..., "--out", help="folder for plan.json and plan.sha256; the run writes there too"),
+    design: str = typer.Option("default", "--design", help="default: 2,304 conditions (GPU); small: 12 (CPU tests)"),
+    margin: Optional[float] = typer.Option(None, "--margin", help="equivalence margin of the primary outcome (0.05)"),
+    token_counts: Optional[Path] = typer.Option(None, "--token-counts",
+                                                help="token_counts.npy of `canvaslab vocab-scan --corpus`: the rare "
+                                                     "control's least frequent tokens"),
+    seed: int = options.Seed,
+    layers: Optional[int] = options.Layers,
+    model_seed: int = options.ModelSeed,
+) -> None:
+    """Register the design: factors, outcomes, analysis, margins, decision rule; prints its hash."""
+    from canvaslab.studies.unused_tokens.model_facts import read_model_facts
+    from canvaslab.studies.unused_tokens.noise_study import RESULTS_FILE
+    from canvaslab.studies.unused_tokens.plan import build_plan, save_plan
+    from canvaslab.studies.unused_tokens.results_log import ResultsLog
+    from canvaslab.studies.unused_tokens.token_pools import build_token_pools
+
+    if ResultsLog(out / RESULTS_FILE).has_results():
+        raise CanvaslabError(f"{out} already holds results of a registered plan; a plan with results is never "
+                             "replaced: use a new --out")
+    facts, tokenizer = read_model_facts(model, layers, model_seed)
+    pools = build_token_pools(tokenizer, facts.vocab_size, facts.generation_defaults, token_counts)
+    plan = build_plan(facts, tokenizer, pools, design=design, seed=seed, margin=margin)
+    digest = save_plan(plan, out)
+    console = Console()
+    console.print(f"{plan.factors.n_conditions} conditions ({design}); rare-token control: "
+                  f"{plan.token_pools.rare_source['kind']}", highlight=False)
+    console.print(f"wrote {out / 'plan.json'}", highlight=False)
+    console.print(f"plan sha256 {digest}", highlight=False)
+
+
+@noise_app.command("run")
+def run_command(
+    directory: Path = typer.Argument(..., help="the folder `noise-study plan --out` wrote"),
+    device: str = options.Device,
+    dtype: str = options.Dtype,
+    batch_size: int = typer.Option(8, "--batch-size", help="rows of the safeguard's batched runs"),
+    mode: str = options.Mode,
+    limit: Optional[int] = typer.Option(None, "--limit", help="run at most N more conditions, then report"),
+) -> None:
+    """Run (or resume) a registered plan; writes results.jsonl and noise_study.json, prints the effects."""
+    # Imported here: scipy (the statistics) takes about a second that other commands need not pay.
+    from canvaslab.reports.noise_study import noise_study_table
+    from canvaslab.studies.unused_tokens.noise_study import REPORT_FILE, run_noise_study
+
+    console = Console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("noise study", total=None)
+
+        def progress(done: int, total: int, condition_id: str) -> None:
+            bar.update(task, completed=done, total=total, description=condition_id)
+
+        report = run_noise_study(directory, device=device, dtype=dtype, batch_size=batch_size, mode=mode,
+                                 limit=limit, progress=progress)
+    console.print(noise_study_table(report), crop=False)
+    console.print(f"wrote {directory / REPORT_FILE}", highlight=False)

@@ -1,0 +1,45 @@
+"""The noise study's terminal table: one row per (comparison, outcome), the safeguard in the caption."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+
+def _number(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def _ci(effect: dict[str, Any]) -> str:
+    ci = effect["ci"]
+    return "-" if ci is None else f"[{_number(ci[0])}, {_number(ci[1])}]"
+
+
+def _safeguard_caption(safeguard: dict[str, Any]) -> str:
+    fields = ", ".join(f"{name} {count}" for name, count in safeguard["by_field"].items())
+    return (f"batch safeguard: fired for {safeguard['fired']}/{safeguard['compared']} conditions ({fields}); "
+            f"{safeguard['outcome_fields_changed']} with a changed token, stop, acceptance or prediction")
+
+
+def _row(effect: dict[str, Any]) -> list[str]:
+    return [effect["comparison"], effect["outcome"] + (" *" if effect["primary"] else ""), str(effect["n_pairs"]),
+            _number(effect["mean_difference"]), _ci(effect), _number(effect["margin"]), _number(effect["tost_p"], 3),
+            effect["verdict"]]
+
+
+def noise_study_table(report: dict[str, Any]) -> Table:
+    conclusion = report["conclusion"]
+    table = Table(title=f"unused-token noise study, plan {report['plan_hash'][:12]}: {report['conditions_run']}/"
+                        f"{report['conditions_total']} conditions; unused tokens act as masks? "
+                        f"{conclusion['answer']}")
+    columns = ("comparison", "outcome", "pairs", "mean diff", f"{report['effects'][0]['ci_level']:.0%} CI", "margin",
+               "TOST p", "verdict")
+    rows = [_row(effect) for effect in report["effects"]]
+    for index, name in enumerate(columns):
+        # Never narrower than the longest cell: a narrow terminal wraps the table, not the numbers.
+        table.add_column(name, min_width=max(len(cell) for cell in [name, *(row[index] for row in rows)]))
+    for row in rows:
+        table.add_row(*row)
+    table.caption = f"* primary outcome. {_safeguard_caption(report['safeguard'])}"
+    return table

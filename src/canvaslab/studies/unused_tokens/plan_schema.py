@@ -1,0 +1,66 @@
+"""JSON Schema of ``plan.json``: a hand-edited or truncated plan fails with the field that is wrong,
+as one line, instead of a KeyError deep inside the run."""
+
+from __future__ import annotations
+
+_INT_LIST = {"type": "array", "items": {"type": "integer"}}
+_STR_LIST = {"type": "array", "items": {"type": "string"}}
+_POSITIVE_INT_LIST = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1}}
+
+
+def _object(properties: dict, extra: bool = False) -> dict:
+    return {"type": "object", "required": sorted(properties), "properties": properties, "additionalProperties": extra}
+
+
+PLAN_SCHEMA = _object({
+    "schema": {"const": "canvaslab.noise-study.plan/1"},
+    "question": {"type": "string"},
+    "design": {"type": "string"},
+    "design_why": {"type": "string"},
+    "seed": {"type": "integer", "minimum": 0},
+    "model": _object({
+        "spec": {"type": "string"},
+        "layers": {"type": ["integer", "null"], "minimum": 1},
+        "model_seed": {"type": "integer"},
+        "vocab_size": {"type": "integer", "minimum": 1},
+        "canvas_length": {"type": "integer", "minimum": 1},
+        "generation_defaults": {"type": "object"},
+    }),
+    "generation": _object({
+        "rng": {"const": "row"},  # the pairing and the safeguard rest on per-row random streams
+        "copy_prompt_cache": {"type": "boolean"},
+        "max_new_tokens": {"type": "integer", "minimum": 1},
+        "budget_sets": {"type": "string"},
+        "other_settings": {"type": "string"},
+    }),
+    "factors": _object({
+        "token_classes": {"type": "array", "minItems": 2, "items": {"enum": ["unused", "random", "rare"]}},
+        "counts": _POSITIVE_INT_LIST,
+        "positions": {"type": "array", "minItems": 1, "items": {"enum": ["early", "middle", "late", "spread"]}},
+        "prompts": {"type": "array", "minItems": 1, "items": _object({
+            "prompt_id": {"type": "string"}, "text": {"type": "string"},
+            "token_ids": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+        })},
+        "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+        "budgets": _POSITIVE_INT_LIST,
+    }),
+    "token_pools": _object({
+        "unused_blocks": {"type": "array", "items": {**_INT_LIST, "minItems": 2, "maxItems": 2}},
+        "excluded_ids": _INT_LIST,
+        "rare_ids": {**_INT_LIST, "minItems": 1},
+        "rare_source": {"type": "object", "required": ["kind", "rule"]},
+    }),
+    "outcomes": {"type": "array", "minItems": 1, "items": _object({
+        "name": {"type": "string"}, "level": {"enum": ["position", "generation"]},
+        "unit": {"type": "string"}, "definition": {"type": "string"},
+    })},
+    "analysis": _object({
+        "comparisons": {"type": "array", "minItems": 1, "items": {**_STR_LIST, "minItems": 2, "maxItems": 2}},
+        "primary_outcome": {"type": "string"},
+        "margins": {"type": "object", "additionalProperties": {"type": "number", "exclusiveMinimum": 0}},
+        "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "ci_level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "decision_rule": {"type": "string"},
+    }),
+    "safeguard": {"type": "object", "required": ["compared"]},
+})

@@ -1,0 +1,54 @@
+"""``results.jsonl``: the noise study's append-only record, one line per finished condition or baseline.
+
+A GPU run of 2,304 conditions takes hours and can be killed at any moment, so results are never held
+back: each line is appended and fsynced as soon as its condition is done, and a rerun skips what the
+file already holds. A kill during a write leaves at most one torn line at the end (a line is complete
+only once its newline is written); ``read`` drops it and truncates the file back to the last complete
+line. A damaged line anywhere else is not a torn write and stops the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from canvaslab.errors import CanvaslabError
+
+
+class ResultsLog:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every complete line, parsed; a torn last line is removed from the file."""
+        if not self.path.exists():
+            return []
+        raw = self.path.read_bytes()
+        *complete, torn = raw.split(b"\n")
+        if torn:
+            os.truncate(self.path, len(raw) - len(torn))
+        records = []
+        for number, line in enumerate(complete, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise CanvaslabError(f"{self.path}:{number} is not a JSON line: the results file is damaged "
+                                     "(only a torn last line is repaired automatically)") from None
+        return records
+
+    def append(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Append one record as a line and make it durable before returning it."""
+        line = json.dumps(record, sort_keys=True, allow_nan=False) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return record
+
+    def has_results(self) -> bool:
+        return self.path.exists() and any(line.strip() for line in self.path.read_bytes().split(b"\n")[:-1])

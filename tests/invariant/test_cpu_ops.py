@@ -1,0 +1,128 @@
+"""Every op the invariant mode replaces: row i of a batched result equals the one-row result, bit for
+bit, on the CPU path (fixed-shape chunks), and stays close to the stock op.
+
+Tolerances against stock: float32 matmuls within rtol 1e-5 (same products, other blocking); reductions
+within rtol 1e-6.
+"""
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from canvaslab.invariant import batch_invariant
+
+rows_and_row = st.integers(1, 200).flatmap(lambda m: st.tuples(st.just(m), st.integers(0, m - 1)))
+
+
+def _rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@settings(max_examples=15, deadline=None)
+@given(mr=rows_and_row, k=st.integers(1, 300), n=st.integers(1, 300), seed=st.integers(0, 999))
+def test_linear_row_invariant(mr, k, n, seed):
+    m, row = mr
+    x, w, b = _rand(m, k, seed=seed), _rand(n, k, seed=seed + 1), _rand(n, seed=seed + 2)
+    with batch_invariant():
+        full = torch.nn.functional.linear(x, w, b)
+        alone = torch.nn.functional.linear(x[row:row + 1], w, b)
+        no_bias = torch.nn.functional.linear(x, w)
+        no_bias_alone = torch.nn.functional.linear(x[row:row + 1], w)
+    assert torch.equal(full[row], alone[0]) and torch.equal(no_bias[row], no_bias_alone[0])
+    torch.testing.assert_close(full, x @ w.T + b, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=10, deadline=None)
+@given(batch=st.integers(1, 6), s=st.integers(1, 70), k=st.integers(1, 90), seed=st.integers(0, 999))
+def test_matmul_3d_and_bmm_row_invariant(batch, s, k, seed):
+    probs, emb = _rand(batch, s, k, seed=seed), _rand(k, 33, seed=seed + 1)
+    other = _rand(batch, k, 9, seed=seed + 2)
+    with batch_invariant():
+        full, alone = torch.matmul(probs, emb), torch.matmul(probs[-1:], emb)
+        bfull, balone = torch.bmm(probs, other), torch.bmm(probs[-1:], other[-1:])
+    assert torch.equal(full[-1], alone[0]) and torch.equal(bfull[-1], balone[0])
+    torch.testing.assert_close(full, probs @ emb, rtol=1e-5, atol=1e-5)
+
+
+REDUCERS = {
+    "softmax": lambda t: t.softmax(-1),
+    "softmax_fp32": lambda t: torch.softmax(t, -1, dtype=torch.float32),
+    "log_softmax": lambda t: t.log_softmax(-1),
+    "logsumexp": lambda t: t.logsumexp(-1),
+    "entropy": lambda t: torch.distributions.Categorical(logits=t).entropy(),
+    "sum": lambda t: t.sum(-1),
+    "mean_keepdim": lambda t: t.mean(-1, keepdim=True),
+    "rms_norm": lambda t: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6),
+}
+
+
+@settings(max_examples=20, deadline=None)
+@given(mr=rows_and_row, d=st.integers(1, 3000), name=st.sampled_from(sorted(REDUCERS)), seed=st.integers(0, 999),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_row_reductions_row_invariant(mr, d, name, seed, dtype):
+    m, row = mr
+    x = (_rand(m, d, seed=seed) * 3).to(dtype)
+    op = REDUCERS[name]
+    with batch_invariant():
+        full, alone = op(x), op(x[row:row + 1])
+    assert torch.equal(full[row], alone[0])
+    torch.testing.assert_close(full.float(), op(x).float(), rtol=1e-2 if dtype == torch.bfloat16 else 1e-6,
+                               atol=1e-2 if dtype == torch.bfloat16 else 1e-5)
+
+
+@settings(max_examples=10, deadline=None)
+@given(mr=rows_and_row, e=st.integers(2, 64), seed=st.integers(0, 999))
+def test_topk_is_stable_and_row_invariant(mr, e, seed):
+    m, row = mr
+    k = min(8, e)
+    x = torch.randint(0, 4, (m, e), generator=torch.Generator().manual_seed(seed)).float()  # many ties
+    with batch_invariant():
+        values, indices = torch.topk(x, k)
+        alone_values, alone_indices = torch.topk(x[row:row + 1], k)
+    assert torch.equal(indices[row], alone_indices[0]) and torch.equal(values[row], alone_values[0])
+    expected = torch.sort(x, descending=True, stable=True)
+    assert torch.equal(indices, expected.indices[:, :k])
+
+
+def test_mode_switches_off_cleanly():
+    x, w = _rand(3, 5), _rand(4, 5)
+    with batch_invariant():
+        pass
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    assert _get_current_dispatch_mode() is None
+    assert torch.equal(torch.nn.functional.linear(x, w), torch.nn.functional.linear(x, w))
+
+
+def test_unsupported_cases_fall_back_to_stock():
+    x = torch.randint(0, 5, (4, 6))
+    with batch_invariant():
+        assert torch.equal(x.sum(-1), torch.tensor([int(v) for v in x.sum(-1)]))
+        y = _rand(4, 6)
+        assert torch.equal(y.sum(0), y.sum(0))  # reduction over the batch dim: stock
+
+
+@pytest.mark.parametrize("batch", [3, 7])
+def test_invariant_attention_drops_padding_and_matches_alone(batch):
+    from canvaslab.invariant.attention import invariant_attention_forward
+
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = False, 1
+    q, k, v = _rand(batch, 2, 5, 8), _rand(batch, 2, 11, 8, seed=1), _rand(batch, 2, 11, 8, seed=2)
+    mask = torch.ones(batch, 1, 5, 11, dtype=torch.bool)
+    mask[0, ..., :3] = False  # row 0 is left-padded by 3 keys
+    out, _ = invariant_attention_forward(module, q, k, v, mask, scaling=0.5)
+    alone, _ = invariant_attention_forward(module, q[:1], k[:1, :, 3:], v[:1, :, 3:], None, scaling=0.5)
+    assert torch.equal(out[0], alone[0])
+
+
+def test_replaced_ops_are_really_routed(monkeypatch):
+    from canvaslab.invariant import cpu
+
+    calls = []
+    original = cpu._chunks
+    monkeypatch.setattr(cpu, "_chunks", lambda rows, compute: calls.append(rows.shape) or original(rows, compute))
+    with batch_invariant():
+        torch.nn.functional.linear(_rand(3, 4), _rand(5, 4))
+        _rand(3, 9).softmax(-1)
+        _rand(3, 9).mean(-1)
+    assert len(calls) == 3

@@ -1,0 +1,62 @@
+"""The Triton kernels' logic, run on the CPU by Triton's interpreter (TRITON_INTERPRET=1).
+
+Row i of a batched result must equal the one-row result bit for bit, and results must stay close to
+the stock op. Tolerances: float32 inputs within 1e-5 relative (IEEE fp32 dot products, other order).
+"""
+
+import os
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+triton_kernels = pytest.importorskip("canvaslab.invariant.triton_kernels")
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
+                                reason="Triton needs a GPU or TRITON_INTERPRET=1")
+DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+
+
+@settings(max_examples=6, deadline=None)
+@given(m=st.integers(1, 40), k=st.integers(1, 150), n=st.integers(1, 140), row=st.integers(0, 39), seed=st.integers(0, 99))
+def test_matmul_row_equals_one_row_result(m, k, n, row, seed):
+    row = row % m
+    gen = torch.Generator().manual_seed(seed)
+    a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+    bias = torch.randn(n, generator=gen)
+    full = triton_kernels.matmul(a.to(DEVICE), b.to(DEVICE), bias=bias.to(DEVICE)).cpu()
+    alone = triton_kernels.matmul(a[row:row + 1].to(DEVICE), b.to(DEVICE), bias=bias.to(DEVICE)).cpu()
+    assert torch.equal(full[row], alone[0])
+    torch.testing.assert_close(full, a @ b + bias, rtol=1e-5, atol=1e-4)
+
+
+def test_split_k_plan_depends_on_k_and_n_only_and_reduces_in_order():
+    assert triton_kernels.split_k_plan(262_144, 2816) > 1
+    assert triton_kernels.split_k_plan(2816, 128) == 1
+    gen = torch.Generator().manual_seed(0)
+    k = triton_kernels.SPLIT_K_MIN_K + 64
+    a, b = torch.randn(3, k, generator=gen), torch.randn(k, 16, generator=gen)
+    full = triton_kernels.matmul(a, b)
+    assert torch.equal(full[2], triton_kernels.matmul(a[2:3], b)[0])
+    torch.testing.assert_close(full, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_batched_matmul():
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(3, 5, 24, generator=gen), torch.randn(3, 24, 17, generator=gen)
+    out = triton_kernels.matmul(a, b)
+    torch.testing.assert_close(out, torch.bmm(a, b), rtol=1e-5, atol=1e-5)
+    assert torch.equal(out[1, 3], triton_kernels.matmul(a[1:2, 3:4], b[1:2])[0, 0])
+
+
+@settings(max_examples=6, deadline=None)
+@given(rows=st.integers(1, 9), d=st.integers(1, 5000), kind=st.sampled_from(sorted(triton_kernels.REDUCTIONS)),
+       seed=st.integers(0, 99))
+def test_row_reductions_row_equals_one_row_result(rows, d, kind, seed):
+    x = torch.randn(rows, d, generator=torch.Generator().manual_seed(seed)) * 4
+    full = triton_kernels.row_reduce(x, kind, torch.float32)
+    alone = triton_kernels.row_reduce(x[-1:], kind, torch.float32)
+    assert torch.equal(full[-1], alone[0])
+    stock = {"logsumexp": lambda t: t.logsumexp(-1), "softmax": lambda t: t.softmax(-1),
+             "log_softmax": lambda t: t.log_softmax(-1), "sum": lambda t: t.sum(-1), "mean": lambda t: t.mean(-1)}[kind]
+    torch.testing.assert_close(full, stock(x), rtol=1e-5, atol=1e-4)

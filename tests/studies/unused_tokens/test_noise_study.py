@@ -1,0 +1,372 @@
+"""The pre-registered noise study on the tiny preset (CPU, the small design's 3-step budget): plan hash,
+refusals, resume after a kill, the 2,304-condition default, the statistics against scipy, and the batch
+safeguard firing in stock mode (tiny float32 is batch-variant on x86)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from canvaslab.analysis.equivalence import paired_equivalence
+from canvaslab.analysis.noise_study import noise_study_effects
+from canvaslab.cli.main import main
+from canvaslab.errors import CanvaslabError
+from canvaslab.generation import generate
+from canvaslab.studies.unused_tokens import noise_study
+from canvaslab.studies.unused_tokens.batch_safeguard import FIELDS, differing_fields
+from canvaslab.studies.unused_tokens.conditions import base_noise, enumerate_conditions, region
+from canvaslab.studies.unused_tokens.model_facts import read_model_facts
+from canvaslab.studies.unused_tokens.noise_study import REPORT_FILE, RESULTS_FILE, run_noise_study
+from canvaslab.studies.unused_tokens.plan import (
+    HASH_FILE,
+    PLAN_FILE,
+    build_plan,
+    canonical_json,
+    hash_plan_dict,
+    load_plan,
+    plan_hash,
+    save_plan,
+)
+from canvaslab.studies.unused_tokens.planted_observer import Observation
+from canvaslab.studies.unused_tokens.results_log import ResultsLog
+from canvaslab.studies.unused_tokens.token_pools import RARE_POOL_SIZE, build_token_pools
+
+REPORT_KEYS = {"study", "plan_hash", "plan_file", "question", "design", "conditions_total", "conditions_run",
+               "conditions_run_this_time", "complete", "execution", "class_means", "effects", "conclusion",
+               "safeguard", "environment"}
+EFFECT_KEYS = {"comparison", "outcome", "primary", "n_pairs", "margin", "mean_difference", "sd", "ci", "ci_level",
+               "p_lower", "p_upper", "tost_p", "p_two_sided", "verdict"}
+
+
+def _plan(design: str = "small", token_counts=None, **kwargs):
+    facts, tokenizer = read_model_facts("tiny")
+    pools = build_token_pools(tokenizer, facts.vocab_size, facts.generation_defaults, token_counts)
+    return build_plan(facts, tokenizer, pools, design=design, **kwargs)
+
+
+def _register(directory: Path, **kwargs) -> str:
+    return save_plan(_plan(**kwargs), directory)
+
+
+def _lines(directory: Path) -> list[dict]:
+    return [json.loads(line) for line in (directory / RESULTS_FILE).read_text().splitlines()]
+
+
+def _count_generate_calls(monkeypatch) -> list[int]:
+    calls: list[int] = []
+
+    def counting(*args, **kwargs):
+        calls.append(len(args[1]))
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(noise_study, "generate", counting)
+    return calls
+
+
+# ------------------------------------------------------------------------------------------- the plan
+
+
+def _leaf_paths(value, path=()):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaf_paths(item, (*path, key))
+    elif isinstance(value, list) and value:
+        for index, item in enumerate(value):
+            yield from _leaf_paths(item, (*path, index))
+    else:
+        yield path
+
+
+def _mutated(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if value is None:
+        return 0
+    return [*value, 0]  # an empty list
+
+
+def test_plan_hash_is_stable_and_changes_when_any_field_changes():
+    plan = _plan()
+    assert plan_hash(plan) == plan_hash(_plan())
+    data = plan.to_dict()
+    paths = list(_leaf_paths(data))
+    assert len(paths) > 100  # every factor level, pool id, margin and rule text is a leaf
+    for path in paths:
+        changed = copy.deepcopy(data)
+        holder = changed
+        for key in path[:-1]:
+            holder = holder[key]
+        holder[path[-1]] = _mutated(holder[path[-1]])
+        assert hash_plan_dict(changed) != plan_hash(plan), f"changing {path} left the hash unchanged"
+
+
+def test_plan_file_is_canonical_and_its_sha256_is_the_plan_hash(tmp_path):
+    digest = _register(tmp_path, seed=3, margin=0.07)
+    text = (tmp_path / PLAN_FILE).read_text()
+    assert hashlib.sha256(text.encode()).hexdigest() == digest  # `sha256sum -c plan.sha256` works
+    assert (tmp_path / HASH_FILE).read_text() == f"{digest}  {PLAN_FILE}\n"
+    loaded, loaded_hash = load_plan(tmp_path)
+    assert loaded_hash == digest and canonical_json(loaded.to_dict()) == text
+    assert loaded.analysis.margins["first_pass_keeps"] == 0.07 and loaded.factors.seeds == [3]
+    (tmp_path / PLAN_FILE).write_text(json.dumps(json.loads(text), indent=4))  # whitespace only: same content
+    assert load_plan(tmp_path)[1] == digest
+
+
+def test_default_design_enumerates_exactly_2304_unique_conditions_in_matched_cells():
+    plan = _plan("default")
+    conditions = enumerate_conditions(plan)
+    assert plan.factors.n_conditions == len(conditions) == 2304
+    assert len({c.condition_id for c in conditions}) == 2304
+    assert [c.condition_id for c in enumerate_conditions(plan)] == [c.condition_id for c in conditions]
+    cells: dict[str, list] = {}
+    for condition in conditions:
+        cells.setdefault(condition.cell_id, []).append(condition)
+    assert len(cells) == 768
+    unused = set(plan.token_pools.ids("unused", plan.model.vocab_size).tolist())
+    rare = set(plan.token_pools.rare_ids)
+    for cell in cells.values():
+        assert sorted(c.token_class for c in cell) == ["random", "rare", "unused"]
+        assert len({c.positions for c in cell}) == 1  # the classes of a cell plant at the same places
+        for c in cell:
+            assert len(c.positions) == len(set(c.positions)) == len(c.tokens) == c.count
+            if c.position != "spread":
+                assert all(p in region(c.position, plan.model.canvas_length) for p in c.positions)
+            pool_check = {"unused": lambda t: t in unused, "rare": lambda t: t in rare,
+                          "random": lambda t: t not in unused and t not in plan.token_pools.excluded_ids}
+            assert all(pool_check[c.token_class](t) for t in c.tokens)
+
+
+def test_rare_control_comes_from_the_least_frequent_attested_ordinary_tokens(tmp_path):
+    facts, tokenizer = read_model_facts("tiny")
+    counts = np.full(facts.vocab_size, 1000, dtype=np.int64)
+    counts[6:14] = 0  # unused: never seen
+    counts[[20, 30, 40]] = [1, 2, 3]
+    counts[[21, 22]] = 0  # never seen ordinary ids are not "rare", they are unattested
+    np.save(tmp_path / "counts.npy", counts)
+    pools = build_token_pools(tokenizer, facts.vocab_size, facts.generation_defaults, tmp_path / "counts.npy")
+    assert pools.rare_source["kind"] == "corpus" and len(pools.rare_ids) == RARE_POOL_SIZE
+    assert {20, 30, 40} <= set(pools.rare_ids) and not {21, 22} & set(pools.rare_ids)
+    assert not set(pools.rare_ids) & set(range(6, 14)) and not set(pools.rare_ids) & set(pools.excluded_ids)
+    fallback = build_token_pools(tokenizer, facts.vocab_size, facts.generation_defaults)
+    assert fallback.rare_source["kind"] == "fallback" and max(fallback.rare_ids) == 503  # below the 504-511 block
+    np.save(tmp_path / "short.npy", counts[:100])
+    with pytest.raises(CanvaslabError, match="100 ids"):
+        build_token_pools(tokenizer, facts.vocab_size, facts.generation_defaults, tmp_path / "short.npy")
+
+
+# ------------------------------------------------------------------------------------------- statistics
+
+
+def test_tost_and_ci_match_a_direct_scipy_computation():
+    rng = np.random.default_rng(7)
+    d = rng.normal(0.01, 0.04, size=40)
+    margin = 0.03
+    result = paired_equivalence(d, margin, alpha=0.05, ci_level=0.95)
+    n, mean, se = d.size, d.mean(), d.std(ddof=1) / math.sqrt(d.size)
+    p_lower = stats.t.sf((mean + margin) / se, n - 1)  # H0: mean <= -margin
+    p_upper = stats.t.cdf((mean - margin) / se, n - 1)  # H0: mean >= +margin
+    half = stats.t.ppf(0.975, n - 1) * se
+    assert result["mean_difference"] == pytest.approx(mean)
+    assert result["ci"] == pytest.approx([mean - half, mean + half])
+    assert result["p_lower"] == pytest.approx(p_lower) and result["p_upper"] == pytest.approx(p_upper)
+    assert result["tost_p"] == pytest.approx(max(p_lower, p_upper))
+    assert result["p_two_sided"] == pytest.approx(2 * stats.t.sf(abs(mean) / se, n - 1))
+    assert result["verdict"] == ("equivalent" if max(p_lower, p_upper) < 0.05 else "inconclusive")
+
+
+def test_verdicts_follow_the_decision_rule():
+    rng = np.random.default_rng(1)
+    assert paired_equivalence(rng.normal(0, 0.01, 200), 0.05)["verdict"] == "equivalent"
+    assert paired_equivalence(rng.normal(0.5, 0.01, 200), 0.05)["verdict"] == "different"
+    assert paired_equivalence([0.3, -0.3, 0.2], 0.05)["verdict"] == "inconclusive"
+    assert paired_equivalence([0.1], 0.05)["verdict"] == "insufficient data"
+    flat = paired_equivalence([0.0] * 5, 0.05)  # zero variance: the mean is exact
+    assert flat["verdict"] == "equivalent" and flat["ci"] == [0.0, 0.0] and flat["tost_p"] == 0.0
+    assert paired_equivalence([0.2] * 5, 0.05)["verdict"] == "different"
+
+
+def test_effects_pair_each_cell_unused_minus_control():
+    outcomes = ["first_pass_keeps"]
+    records = []
+    for cell, (unused, random_, rare) in enumerate([(1.0, 0.0, 0.5), (1.0, 0.0, 0.25), (1.0, 0.5, 0.5)]):
+        for cls, value in (("unused", unused), ("random", random_), ("rare", rare)):
+            records.append({"cell_id": f"c{cell}", "token_class": cls, "outcomes": {"first_pass_keeps": value}})
+    records.append({"cell_id": "c9", "token_class": "unused", "outcomes": {"first_pass_keeps": 9.0}})  # unpaired
+    analysis = {"comparisons": [["unused", "random"], ["unused", "rare"]], "margins": {"first_pass_keeps": 0.05},
+                "alpha": 0.05, "ci_level": 0.95, "primary_outcome": "first_pass_keeps"}
+    by_comparison = {e["comparison"]: e for e in noise_study_effects(records, analysis, outcomes)}
+    assert by_comparison["unused - random"]["n_pairs"] == 3
+    assert by_comparison["unused - random"]["mean_difference"] == pytest.approx((1 + 1 + 0.5) / 3)
+    assert by_comparison["unused - rare"]["mean_difference"] == pytest.approx((0.5 + 0.75 + 0.5) / 3)
+
+
+# ------------------------------------------------------------------------------------------- safeguard logic
+
+
+def _observation(**changes) -> Observation:
+    fields = dict(positions=[3], planted=[9], predictions=[[4], [9]], accepted=[[False], [True]], first_entropy=[5.5],
+                  logits_digests=[1, 2], tokens=[4, 9, 0], text="a b", passes=2, stop_passes=[None])
+    return Observation(**{**fields, **changes})
+
+
+def test_safeguard_is_silent_on_identical_rows_and_names_each_changed_field():
+    assert differing_fields(_observation(), [_observation(), _observation()]) == []
+    assert differing_fields(_observation(), [_observation(logits_digests=[1, 3])]) == ["logits"]
+    assert differing_fields(_observation(), [_observation(), _observation(first_entropy=[5.500001])]) == ["entropy"]
+    changed = _observation(accepted=[[True], [True]], predictions=[[9], [9]], tokens=[9, 9, 0])
+    assert differing_fields(_observation(), [changed]) == ["tokens", "accept_passes", "predictions"]
+    assert list(FIELDS) == ["tokens", "stop", "accept_passes", "predictions", "entropy", "logits"]
+
+
+# ------------------------------------------------------------------------------------------- running
+
+
+def test_results_log_drops_a_torn_last_line_and_refuses_a_damaged_one(tmp_path):
+    log = ResultsLog(tmp_path / RESULTS_FILE)
+    log.append({"condition_id": "a"})
+    log.append({"condition_id": "b"})
+    intact = log.path.read_bytes()
+    with open(log.path, "ab") as handle:
+        handle.write(b'{"condition_id": "c", "outc')
+    assert [r["condition_id"] for r in log.read()] == ["a", "b"] and log.path.read_bytes() == intact
+    log.path.write_bytes(intact.replace(b'"b"}', b'"b"'))
+    with pytest.raises(CanvaslabError, match=":2 is not a JSON line"):
+        log.read()
+
+
+def test_base_noise_is_the_canvas_generate_would_draw_itself(tiny):
+    plan = _plan()
+    condition = enumerate_conditions(plan)[0]
+    noise = base_noise(condition.seed, condition.stream, 256, tiny.vocab_size, tiny.device)
+    settings = dict(seed=condition.seed, requests=[condition.stream], generation={"max_denoising_steps": 3})
+    own = generate(tiny, [condition.prompt.token_ids], **settings)
+    given = generate(tiny, [condition.prompt.token_ids], initial_canvas=noise[None], **settings)
+    assert own.rows[0].tokens == given.rows[0].tokens and own.rows[0].passes == given.rows[0].passes
+    planted = condition.plant(noise)
+    assert planted[list(condition.positions)].tolist() == list(condition.tokens)
+    assert torch.equal(torch.cat([planted[:condition.positions[0]], planted[condition.positions[0] + 1:]]),
+                       torch.cat([noise[:condition.positions[0]], noise[condition.positions[0] + 1:]]))
+
+
+@pytest.fixture(scope="module")
+def resumed(tiny, tmp_path_factory):
+    """The small design killed after 3 conditions (plus a torn line, as a kill mid-write leaves), then resumed."""
+    directory = tmp_path_factory.mktemp("noise")
+    _register(directory)
+    first: list[str] = []
+
+    def kill_after_three(done, total, condition_id):
+        first.append(condition_id)
+        if done == 3:  # mid-batch: the 4th condition was computed but never written
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_noise_study(directory, tiny, batch_size=4, progress=kill_after_three)
+    with open(directory / RESULTS_FILE, "a") as handle:
+        handle.write('{"kind": "condition", "condition_id": "torn')
+    second: list[str] = []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        calls = _count_generate_calls(monkeypatch)
+        report = run_noise_study(directory, tiny, batch_size=4, progress=lambda d, t, cid: second.append(cid))
+    return {"dir": directory, "first": first, "second": second, "calls": calls, "report": report}
+
+
+def test_resume_after_a_kill_redoes_and_loses_nothing(resumed):
+    lines = _lines(resumed["dir"])  # every line parses: the torn line was cut before appending
+    ids = [line["condition_id"] for line in lines if line["kind"] == "condition"]
+    assert len(resumed["first"]) == 3 and len(resumed["second"]) == 9
+    assert sorted(ids) == sorted(resumed["first"] + resumed["second"]) and len(set(ids)) == len(ids) == 12
+    assert not set(resumed["first"]) & set(resumed["second"])
+    assert sum(line["kind"] == "baseline" for line in lines) == 1  # the baseline was not rerun either
+    # 9 single runs + 3 safeguard batches: [4..7], [8..11] and the lone 12th condition duplicated
+    assert sorted(resumed["calls"]) == [1] * 9 + [2] + [4] * 2
+    assert resumed["report"]["conditions_run_this_time"] == 9
+
+
+def test_end_to_end_report_has_every_key_and_consistent_numbers(resumed):
+    report = json.loads((resumed["dir"] / REPORT_FILE).read_text())
+    assert set(report) == REPORT_KEYS
+    assert report["conditions_total"] == report["conditions_run"] == 12 and report["complete"] is True
+    assert report["plan_hash"] == load_plan(resumed["dir"])[1]
+    assert len(report["effects"]) == 2 * 6 and all(set(e) == EFFECT_KEYS for e in report["effects"])
+    assert all(e["n_pairs"] == 4 for e in report["effects"])
+    assert sum(e["primary"] for e in report["effects"]) == 2
+    assert {cls: m["conditions"] for cls, m in report["class_means"].items()} == {"random": 4, "rare": 4, "unused": 4}
+    assert report["conclusion"]["answer"] in {"no", "yes", "inconclusive"}
+    assert report["environment"]["mode"] == "stock" and report["execution"]["dtype"] == "float32"
+
+
+def test_batch_safeguard_fires_in_stock_mode_on_this_cpu(resumed):
+    """Tiny float32 is batch-variant on x86 (README): batched rows' logits differ from the single run's."""
+    safeguard = resumed["report"]["safeguard"]
+    assert safeguard["compared"] == 12 and safeguard["fired"] > 0
+    assert safeguard["by_field"]["logits"] > 0 and len(safeguard["fired_conditions"]) == safeguard["fired"]
+    fired_lines = [line for line in _lines(resumed["dir"]) if line.get("safeguard", {}).get("fired")]
+    assert {line["condition_id"] for line in fired_lines} == set(safeguard["fired_conditions"])
+
+
+def test_run_refuses_a_plan_edited_after_the_first_result(resumed, tmp_path):
+    directory = Path(shutil.copytree(resumed["dir"], tmp_path / "copy"))
+    digest = load_plan(directory)[1]
+    assert {line["plan_hash"] for line in _lines(directory)} == {digest}  # every result cites the plan
+    plan = json.loads((directory / PLAN_FILE).read_text())
+    plan["analysis"]["margins"]["first_pass_keeps"] = 0.5  # loosen the margin after seeing results...
+    (directory / PLAN_FILE).write_text(canonical_json(plan))
+    with pytest.raises(CanvaslabError, match="edited after it was registered"):
+        run_noise_study(directory, limit=1)
+    (directory / HASH_FILE).write_text(f"{hash_plan_dict(plan)}  {PLAN_FILE}\n")  # ...and re-register it in place
+    with pytest.raises(CanvaslabError, match="changed after the first result"):
+        run_noise_study(directory, limit=1)
+    assert (directory / RESULTS_FILE).read_bytes() == (resumed["dir"] / RESULTS_FILE).read_bytes()
+
+
+def test_resume_refuses_another_dtype_or_mode(resumed):
+    with pytest.raises(CanvaslabError, match="same --mode, --dtype"):
+        run_noise_study(resumed["dir"], dtype="bfloat16")
+    with pytest.raises(CanvaslabError, match="--mode"):
+        run_noise_study(resumed["dir"], mode="rowwise")
+
+
+@pytest.mark.slow
+def test_invariant_mode_keeps_the_safeguard_silent(tiny, tmp_path):
+    """The lead's batch-invariant mode: a condition alone and duplicated in a batch agree bit for bit."""
+    from canvaslab.invariant import generation_mode
+
+    try:
+        with generation_mode(tiny.model, "invariant"):
+            pass
+    except CanvaslabError as error:
+        pytest.skip(f"invariant mode unavailable: {error}")
+    _register(tmp_path)
+    report = run_noise_study(tmp_path, tiny, batch_size=1, limit=1, mode="invariant")
+    assert report["safeguard"]["compared"] == 1 and report["safeguard"]["fired"] == 0
+    assert report["safeguard"]["batch_rows"] == [2]
+
+
+def test_cli_plans_runs_and_refuses_to_replace_a_plan_with_results(tmp_path, capsys):
+    out = tmp_path / "study"
+    main(["noise-study", "plan", "--model", "tiny", "--out", str(out), "--design", "small", "--margin", "0.1"])
+    digest = (out / HASH_FILE).read_text().split()[0]
+    assert digest in capsys.readouterr().out
+    main(["noise-study", "run", str(out), "--batch-size", "1", "--limit", "1"])
+    printed = capsys.readouterr().out
+    assert "first_pass_keeps" in printed and "batch safeguard" in printed
+    report = json.loads((out / REPORT_FILE).read_text())
+    assert report["conditions_run"] == 1 and report["complete"] is False and report["plan_hash"] == digest
+    with pytest.raises(SystemExit) as exit_info:
+        main(["noise-study", "plan", "--model", "tiny", "--out", str(out), "--design", "small"])
+    assert exit_info.value.code == 2 and "never replaced" in capsys.readouterr().err
+    assert (out / HASH_FILE).read_text().split()[0] == digest
