@@ -4,6 +4,7 @@ The package is organised by the product's parts:
 
 - ``canvaslab.models``      presets, local checkpoints and config files -> a ready model + tokenizer
 - ``canvaslab.generation``  transformers' own generate loop, with per-row randomness
+- ``canvaslab.invariant``   stock / rowwise / invariant modes (``canvaslab.batch_invariant()``)
 - ``canvaslab.capture``     module/op capture of row 0 and byte-exact comparison against a reference
 - ``canvaslab.studies``     the studies (batch size, ...), each a function plus a CLI command
 - ``canvaslab.analysis``    measures computed from study outputs
@@ -12,7 +13,8 @@ The package is organised by the product's parts:
 """
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.invariant import batch_invariant
 
 __version__ = "0.1.0"
 
-__all__ = ["CanvaslabError", "__version__"]
+__all__ = ["CanvaslabError", "__version__", "batch_invariant"]

@@ -35,3 +35,18 @@ def test_row_rng_differs_from_stock_but_is_reproducible(tiny, prompt_ids):
     c = generate(tiny, [prompt_ids], seed=2, generation={"max_denoising_steps": 4})
     assert a.rows[0].tokens == b.rows[0].tokens
     assert a.rows[0].tokens != c.rows[0].tokens
+
+
+def test_observers_get_the_samplers_own_entropy(tiny, prompt_ids):
+    seen = []
+
+    class Observer:
+        def on_accept(self, *, logits, accepted_mask, accepted_canvas, cur_step, entropy):
+            seen.append((entropy, torch.distributions.Categorical(logits=logits).entropy(), accepted_mask))
+
+    generate(tiny, [prompt_ids, prompt_ids], seed=0, observers=[Observer()], generation={"max_denoising_steps": 3})
+    assert len(seen) == 3
+    for entropy, recomputed, mask in seen:
+        assert entropy is not None and torch.equal(entropy, recomputed)
+        # the lowest-entropy position of each row is always accepted (REFERENCE §1)
+        assert bool(mask.gather(1, entropy.argmin(dim=1, keepdim=True)).all())

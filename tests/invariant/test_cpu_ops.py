@@ -126,3 +126,13 @@ def test_replaced_ops_are_really_routed(monkeypatch):
         _rand(3, 9).softmax(-1)
         _rand(3, 9).mean(-1)
     assert len(calls) == 3
+
+
+def test_sort_is_stable_under_the_mode():
+    x = torch.tensor([[1.0, 0.5, 1.0, 0.5, 1.0] * 40])
+    import canvaslab
+
+    with canvaslab.batch_invariant():
+        values, indices = torch.sort(x, dim=-1)
+    expected = torch.sort(x, dim=-1, stable=True)
+    assert torch.equal(indices, expected.indices) and torch.equal(values, expected.values)

@@ -250,7 +250,7 @@ class Recorder:
         if self._in_prompt_cache:
             self._enter_pass(PassKey(canvas=-1, phase="prompt_cache", step=0))
 
-    def on_accept(self, *, logits, accepted_mask, accepted_canvas, cur_step) -> None:
+    def on_accept(self, *, logits, accepted_mask, accepted_canvas, cur_step, entropy=None) -> None:
         """The runner's ``accept_canvas`` observer: the sampler's decision for this pass."""
         self._busy = True
         inputs = (digest_tensor(row_slice(logits, self.batch_now())),)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 import torch
+from torch.overrides import TorchFunctionMode
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
     EntropyBoundSamplerConfig,
     StableAndConfidentStoppingCriteria,
@@ -33,14 +34,15 @@ GENERATION_KEYS = (
 
 
 class AcceptObserver(Protocol):
-    """Receives every ``accept_canvas`` call of the loop (the commit-order tracer is one).
+    """Receives every ``accept_canvas`` call of the loop (the commit-order tracer is one), with the
+    per-position entropy the sampler computed from ``logits`` (None if it could not be caught).
 
     An observer may also define ``on_phase(phase)``: it is told ``"prompt_cache"`` before the B=1 prompt
     cache is built and ``"generate"`` before transformers' loop starts.
     """
 
     def on_accept(self, *, logits: torch.Tensor, accepted_mask: torch.Tensor, accepted_canvas: torch.Tensor,
-                  cur_step: int) -> None: ...
+                  cur_step: int, entropy: torch.Tensor | None) -> None: ...
 
 
 @dataclass
@@ -129,14 +131,32 @@ def _instance_override(model, name: str, replacement):
             delattr(model, name)
 
 
+class _SamplerEntropy(TorchFunctionMode):
+    """Catches the entropy ``accept_canvas`` computes: the tensor it sorts. Observers then need not
+    recompute it over the whole vocabulary (the sampler's own values, at no cost)."""
+
+    def __init__(self):
+        super().__init__()
+        self.entropy: torch.Tensor | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.sort and self.entropy is None:
+            self.entropy = args[0]
+        return func(*args, **(kwargs or {}))
+
+
 def _observe_accept(sampler, observers: Sequence[AcceptObserver]) -> None:
+    if not observers:
+        return
     original = sampler.accept_canvas
 
     def accept_canvas(current_canvas, denoiser_canvas, logits, cur_step):
-        accepted = original(current_canvas, denoiser_canvas, logits, cur_step)
+        with _SamplerEntropy() as caught:
+            accepted = original(current_canvas, denoiser_canvas, logits, cur_step)
+        entropy = caught.entropy if caught.entropy is not None and caught.entropy.shape == logits.shape[:-1] else None
         for observer in observers:
             observer.on_accept(logits=logits, accepted_mask=sampler.accepted_token_mask,
-                               accepted_canvas=accepted, cur_step=int(cur_step))
+                               accepted_canvas=accepted, cur_step=int(cur_step), entropy=entropy)
         return accepted
 
     sampler.accept_canvas = accept_canvas

@@ -19,7 +19,7 @@ aten = torch.ops.aten
 
 # The ops replaced, for the environment fingerprint.
 REPLACED_OPS = ("aten.mm", "aten.addmm", "aten.bmm", "aten._softmax", "aten._log_softmax", "aten.logsumexp",
-                "aten.sum.dim_IntList", "aten.mean.dim", "aten.topk")
+                "aten.sum.dim_IntList", "aten.mean.dim", "aten.topk", "aten.sort")
 
 
 def _last_dim(x: torch.Tensor, dim) -> bool:
@@ -111,7 +111,14 @@ def _topk(func, x, k, dim=-1, largest=True, sorted=True):
     return values.narrow(dim, 0, k), indices.narrow(dim, 0, k)
 
 
+def _sort(func, x, dim=-1, descending=False):
+    # The sampler sorts entropies: with ties, an unstable sort may order them differently per algorithm,
+    # which moves the acceptance cut-off between tied positions. A stable sort has one answer.
+    return aten.sort.stable(x, stable=True, dim=dim, descending=descending)
+
+
 _HANDLERS = {
+    aten.sort.default: _sort,
     aten.mm.default: _mm,
     aten.addmm.default: _addmm,
     aten.bmm.default: _bmm,

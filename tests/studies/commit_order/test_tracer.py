@@ -26,7 +26,7 @@ class Spy:
     def __init__(self):
         self.masks, self.entropies, self.mean_entropies = [], [], []
 
-    def on_accept(self, *, logits, accepted_mask, accepted_canvas, cur_step):
+    def on_accept(self, *, logits, accepted_mask, accepted_canvas, cur_step, entropy=None):
         self.masks.append(accepted_mask.clone())
         log_p = torch.log_softmax(logits.double(), dim=-1)
         self.entropies.append(-(log_p.exp() * log_p).sum(-1))

@@ -77,31 +77,45 @@ class CommitTracer:
     def __init__(self, model=None):
         if model is not None:
             ensure_traceable(model)
-        self.calls: list[TracedCall] = []
+        self._pending: list[tuple[int, int, torch.Tensor]] = []  # (step, canvas, packed on the device)
+        self._calls: list[TracedCall] = []
+        self._canvas = -1
         self._last_step: int | None = None
 
     def on_phase(self, phase: str) -> None:
         """A new generate starts: forget the previous one's calls."""
         if phase == "generate":
-            self.calls = []
-            self._last_step = None
+            self._pending, self._calls = [], []
+            self._canvas, self._last_step = -1, None
 
     def on_accept(self, *, logits: torch.Tensor, accepted_mask: torch.Tensor, accepted_canvas: torch.Tensor,
-                  cur_step: int) -> None:
-        # validate_args=False skips a host sync; the values are the sampler's own.
-        entropy = torch.distributions.Categorical(logits=logits, validate_args=False).entropy()
-        packed = torch.cat([entropy.float(), accepted_mask.float()], dim=-1).cpu().numpy()
-        width = entropy.shape[-1]
+                  cur_step: int, entropy: torch.Tensor | None = None) -> None:
+        # ``entropy`` is the sampler's own (the runner hands it over); recomputed only if it is missing.
+        # validate_args=False skips a host sync.
+        if entropy is None:
+            entropy = torch.distributions.Categorical(logits=logits, validate_args=False).entropy()
+        # Kept on the device: read back once, after generate, rather than synchronising every call.
+        packed = torch.cat([entropy.float(), accepted_mask.float()], dim=-1)
         step = int(cur_step)
-        # cur_step counts down within a canvas and restarts at the budget on the next one.
-        canvas = self._canvas_of(step)
-        self.calls.append(TracedCall(step, canvas, packed[:, :width].copy(), packed[:, width:] > 0.5))
+        self._pending.append((step, self._canvas_of(step), packed))
+
+    @property
+    def calls(self) -> list[TracedCall]:
+        """Every call so far, read back from the device in one transfer."""
+        if self._pending:
+            packed = torch.stack([p for _, _, p in self._pending]).cpu().numpy()
+            width = packed.shape[-1] // 2
+            for (step, canvas, _), call in zip(self._pending, packed):
+                self._calls.append(TracedCall(step, canvas, call[:, :width].copy(), call[:, width:] > 0.5))
+            self._pending = []
+        return self._calls
 
     def _canvas_of(self, step: int) -> int:
-        previous = self.calls[-1].canvas if self.calls else -1
-        new_canvas = self._last_step is None or step >= self._last_step
+        # cur_step counts down within a canvas and restarts at the budget on the next one.
+        if self._last_step is None or step >= self._last_step:
+            self._canvas += 1
         self._last_step = step
-        return previous + 1 if new_canvas else previous
+        return self._canvas
 
     def traces(
         self,

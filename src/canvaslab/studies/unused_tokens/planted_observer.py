@@ -63,7 +63,7 @@ class PlantedPositionObserver:
         self._first_canvas = True
 
     def on_accept(self, *, logits: torch.Tensor, accepted_mask: torch.Tensor, accepted_canvas: torch.Tensor,
-                  cur_step: int) -> None:
+                  cur_step: int, entropy: torch.Tensor | None = None) -> None:
         # cur_step counts down within a canvas; going up again means the next canvas began.
         if self._previous_step is not None and cur_step >= self._previous_step:
             self._first_canvas = False
