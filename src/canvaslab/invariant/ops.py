@@ -55,7 +55,7 @@ def _mm(func, a, b):
         return NotImplemented
     if a.is_cuda:
         return _triton().matmul(a, b)
-    return cpu.mm(aten.bmm.default, a, b)
+    return cpu.mm(func, a, b)
 
 
 def _addmm(func, bias, a, b, beta=1, alpha=1):
@@ -63,7 +63,7 @@ def _addmm(func, bias, a, b, beta=1, alpha=1):
         return NotImplemented
     if a.is_cuda:
         return _triton().matmul(a, b, bias=bias)
-    return cpu.mm(aten.bmm.default, a, b) + bias
+    return cpu.mm(aten.mm.default, a, b) + bias
 
 
 def _bmm(func, a, b):
@@ -71,7 +71,7 @@ def _bmm(func, a, b):
         return NotImplemented
     if a.is_cuda:
         return _triton().matmul(a, b)
-    return torch.stack([cpu.mm(func, a[i], b[i]) for i in range(a.shape[0])])
+    return torch.stack([cpu.mm(aten.mm.default, a[i], b[i]) for i in range(a.shape[0])])
 
 
 def _softmax_like(kind):
