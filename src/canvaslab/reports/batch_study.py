@@ -19,21 +19,37 @@ def short_name(name: str) -> str:
     return name
 
 
+def short_pass(label: str) -> str:
+    """``canvas 0 pass 3`` -> ``c0 p3``; ``canvas 0 encoder`` -> ``c0 enc``."""
+    return label.replace("canvas ", "c").replace(" pass ", " p").replace(" encoder", " enc").replace(
+        "prompt cache (B=1 encoder)", "prompt cache")
+
+
+def _origin_cell(run) -> str:
+    origin, first = run["origin"], run["first_divergence"]
+    if not origin:
+        return "-"
+    if first and origin["name"] == first["call"]:
+        return "itself" if origin["inputs_identical"] else "before it (unrecorded)"
+    return short_name(origin["name"]) + ("" if origin["inputs_identical"] else " (inputs differed)")
+
+
 def batch_study_table(result: dict[str, Any]) -> Table:
-    table = Table(title="batch-size study: row 0 in a batch vs row 0 alone (B=1)", show_lines=False)
-    for column in ("prompt", "B", "diverged", "first divergence (pass / call)", "origin", "router Δ",
-                   "logits Δ", "passes =", "text", "stop"):
-        table.add_column(column, overflow="fold")
+    table = Table(title="batch-size study: row 0 in a batch vs row 0 alone (B=1); router/logits: % changed "
+                        "in the first differing decoder pass", show_lines=False)
+    # Narrow terminals fold the two name columns; the numbers never wrap.
+    for column, wide in (("prompt", True), ("B", False), ("first divergence", True), ("origin", True),
+                         ("router", False), ("logits", False), ("passes", False), ("text, stop", False)):
+        table.add_column(column, overflow="fold", no_wrap=not wide, min_width=8 if wide else None)
     for run in result["runs"]:
         first = run["first_divergence"]
-        origin = run["origin"]
         table.add_row(
-            run["prompt_id"], str(run["batch_size"]), "yes" if run["diverged"] else "no",
-            f"{first['pass']} / {short_name(first['call'])}" if first else "-",
-            (short_name(origin["name"]) + ("" if origin["inputs_identical"] else " (inputs differed)")) if origin else "-",
+            run["prompt_id"], str(run["batch_size"]),
+            f"{short_pass(first['pass'])} {short_name(first['call'])}" if first else "none",
+            _origin_cell(run),
             _pct(run["router_scores_changed_pct"]), _pct(run["final_logits_changed_pct"]),
             f"{run['passes_matching']}/{run['passes_total']}",
-            "changed" if run["text_changed"] else "same", "changed" if run["stop_changed"] else "same",
+            f"{'changed' if run['text_changed'] else 'same'}, {'changed' if run['stop_changed'] else 'same'}",
         )
     summary = result["summary"]
     table.caption = (
