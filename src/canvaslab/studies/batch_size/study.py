@@ -19,7 +19,7 @@ from canvaslab.environment import environment_fingerprint
 from canvaslab.generation import generate
 from canvaslab.invariant import replaced_ops
 from canvaslab.io import read_json, write_json_atomic
-from canvaslab.prompts import Prompt
+from canvaslab.prompts import BUILTIN_PROMPTS, Prompt
 from canvaslab.studies.batch_size.design import batch_rows, common_classes, equivalence_classes
 
 RESULT_FILE = "batch_study.json"
@@ -164,6 +164,8 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
     done = {(r["prompt_id"], r["batch_size"]) for r in runs}
     run = _Runner(loaded, settings)
     encoded = [loaded.tokenizer(p.text)["input_ids"] for p in prompts]
+    # --fill mixed: the other study prompts first, then built-in prompts, so one prompt can be studied too
+    fillers = [loaded.tokenizer(text)["input_ids"] for text in BUILTIN_PROMPTS if text not in {p.text for p in prompts}]
     notify = progress or (lambda message: None)
     for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
         todo = [b for b in settings.batch_sizes if b != 1 and (prompt.prompt_id, b) not in done]
@@ -175,7 +177,7 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
         if repeat_identical is None:
             notify(f"{prompt.prompt_id}: B=1 repeat control")
             repeat_identical = capture_signature(run([ids])[0]) == signatures[prompt.prompt_id]["1"]
-        others = encoded[:index] + encoded[index + 1:]
+        others = encoded[:index] + encoded[index + 1:] + fillers
         for batch_size in todo:
             notify(f"{prompt.prompt_id}: B={batch_size}")
             rows = batch_rows(ids, others, batch_size, settings.fill)
