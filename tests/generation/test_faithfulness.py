@@ -20,13 +20,11 @@ def test_stock_rng_is_token_identical_to_model_generate(tiny, prompt_ids):
 
 
 def test_stock_rng_batched_is_identical_too(tiny, prompt_ids):
-    other = tiny.tokenizer("tell a story")["input_ids"]
     ours = generate(tiny, [prompt_ids, prompt_ids], seed=3, rng="stock", generation={"max_denoising_steps": 4})
     torch.manual_seed(3)
     kwargs = _generate_kwargs(resolve_generation(tiny.generation_defaults, {"max_denoising_steps": 4}))
     direct = tiny.model.generate(torch.tensor([prompt_ids, prompt_ids]), **kwargs).sequences
     assert [row.tokens for row in ours.rows] == direct[:, len(prompt_ids):].tolist()
-    assert other  # the tokenizer knows these words
 
 
 def test_row_rng_differs_from_stock_but_is_reproducible(tiny, prompt_ids):
