@@ -40,7 +40,7 @@ def op_scan(
     batch_sizes: str = typer.Option("1,2,3,4,5,8,16,32", "--batch-sizes"),
     dtype: str = options.Dtype,
     device: str = options.Device,
-    layers: Optional[int] = options.Layers,
+    layers: Optional[int] = typer.Option(None, "--layers", help="layers to build (default 1: the scan uses layer 0's ops)"),
     model_seed: int = options.ModelSeed,
     seed: int = options.Seed,
     out: Optional[Path] = typer.Option(None, "--out", help="write DIR/op_scan.json"),
