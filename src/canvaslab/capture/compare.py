@@ -26,7 +26,6 @@ class Comparison:
     passes_matching: int = 0
     bytes_compared: int = 0
     first: CallRecord | None = None
-    first_inputs_matched: bool | None = None
     origin: dict[str, Any] | None = None
     structure_changed: str | None = None
     spread_pass: PassKey | None = None
@@ -97,7 +96,6 @@ def compare_captures(reference: Capture, run: Capture) -> Comparison:
         if differing and result.first is None:
             result.first = group_ref[differing[0]]
             result.origin = _origin(group_ref, matched, differing[0])
-            result.first_inputs_matched = result.origin["inputs_identical"]
             result.spread_pass = key if key.phase == "decoder" else PassKey(key.canvas, "decoder", 0)
         if result.spread_pass == key:
             result.positions_per_layer, result.canvas_positions = _positions_per_layer(group_ref, matched)
