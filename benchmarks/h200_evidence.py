@@ -25,21 +25,7 @@ from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
 from canvaslab.prompts import builtin_prompts
 from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
-
-
-def step_throughput(loaded, mode: str, batch: int, steps: int = 4) -> dict:
-    """Canvas tokens per second over ``steps`` denoising passes (median of 3, after a warm-up)."""
-    prompt = loaded.tokenizer("the man said that the water in the river was cold")["input_ids"]
-    times = []
-    for attempt in range(4):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        generate(loaded, [prompt] * batch, seed=attempt, mode=mode, generation={"max_denoising_steps": steps})
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    median = sorted(times[1:])[1]
-    return {"mode": mode, "batch": batch, "steps": steps, "seconds": median,
-            "canvas_tokens_per_s": batch * 256 * steps / median, "ms_per_row_step": 1000 * median / (batch * steps)}
+from throughput import step_throughput  # benchmarks/throughput.py (the script's own folder is on sys.path)
 
 
 def main() -> None:

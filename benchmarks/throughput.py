@@ -1,0 +1,69 @@
+"""Denoising-step throughput (canvas tokens per second) per mode and batch size, for issue 3's goal:
+invariant >= 0.9 x stock at B >= 8 and >= 0.7 x stock at B = 1.
+
+    python benchmarks/throughput.py --model real-shapes --layers 6 --device cuda \\
+        --batch-sizes 1,4,8,16,32,64 --modes stock,rowwise,invariant --out benchmarks/results/h200_throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+
+from canvaslab.environment import environment_fingerprint
+from canvaslab.generation import generate
+from canvaslab.invariant import replaced_ops
+from canvaslab.io import write_json_atomic
+from canvaslab.models import load_model
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def step_throughput(loaded, mode: str, batch: int, steps: int = 4, repeats: int = 3) -> dict:
+    """Canvas tokens per second over ``steps`` denoising passes (median of ``repeats``, after a warm-up)."""
+    prompt = loaded.tokenizer("the man said that the water in the river was cold")["input_ids"]
+    times = []
+    for attempt in range(repeats + 1):
+        _sync(loaded.device)
+        start = time.perf_counter()
+        generate(loaded, [prompt] * batch, seed=attempt, mode=mode, generation={"max_denoising_steps": steps})
+        _sync(loaded.device)
+        times.append(time.perf_counter() - start)
+    median = sorted(times[1:])[repeats // 2]
+    return {"mode": mode, "batch": batch, "steps": steps, "seconds": median, "all_seconds": times,
+            "canvas_tokens_per_s": batch * 256 * steps / median, "ms_per_row_step": 1000 * median / (batch * steps)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch-sizes", default="1,4,8")
+    parser.add_argument("--modes", default="stock,rowwise,invariant")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    loaded = load_model(args.model, device=args.device, layers=args.layers)
+    rows = []
+    for batch in map(int, args.batch_sizes.split(",")):
+        for mode in args.modes.split(","):
+            rows.append(step_throughput(loaded, mode, batch, args.steps))
+            print({k: v for k, v in rows[-1].items() if k != "all_seconds"}, flush=True)
+    stock = {r["batch"]: r["canvas_tokens_per_s"] for r in rows if r["mode"] == "stock"}
+    for row in rows:
+        row["vs_stock"] = row["canvas_tokens_per_s"] / stock[row["batch"]] if row["batch"] in stock else None
+    write_json_atomic(args.out, {
+        "environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
+                                               replaced_ops={m: replaced_ops(m) for m in args.modes.split(",")}),
+        "runs": rows})
+
+
+if __name__ == "__main__":
+    main()
