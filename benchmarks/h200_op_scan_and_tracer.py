@@ -1,5 +1,6 @@
 """Second H200 session piece: the op scan at real shapes (stock and invariant) and the commit tracer's
-overhead with the sampler's own entropy handed over (no recomputation, no per-call sync).
+overhead with the sampler's own entropy handed over (no recomputation, no per-call sync). The committed
+result was timed with the tracer's one read-back after generate included; this version times generate alone.
 
     python benchmarks/h200_op_scan_and_tracer.py --out DIR
 """
@@ -7,17 +8,14 @@ overhead with the sampler's own entropy handed over (no recomputation, no per-ca
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
-import torch
-
 from canvaslab.environment import environment_fingerprint
-from canvaslab.generation import generate
 from canvaslab.invariant.op_scan import scan_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
 from canvaslab.studies.commit_order.tracer import CommitTracer
+from tracer_overhead import timed_generate  # benchmarks/ (the script's own folder is on sys.path)
 
 
 def tracer_overhead(loaded, batch: int, steps: int, repeats: int = 3) -> dict:
@@ -25,15 +23,9 @@ def tracer_overhead(loaded, batch: int, steps: int, repeats: int = 3) -> dict:
     timings: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(repeats + 1):  # the first pair warms up
         for traced in (False, True):
-            tracer = CommitTracer(loaded.model)
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            generate(loaded, [prompt] * batch, seed=1, observers=[tracer] if traced else [],
-                     generation={"max_denoising_steps": steps})
-            if traced:
-                tracer.calls  # noqa: B018  (the read-back is part of the cost)
-            torch.cuda.synchronize()
-            timings[traced].append(time.perf_counter() - start)
+            observers = [CommitTracer(loaded.model)] if traced else []
+            timings[traced].append(timed_generate(loaded, [prompt] * batch, {"max_denoising_steps": steps},
+                                                  observers, seed=1))
     without, with_tracer = sorted(timings[False][1:])[repeats // 2], sorted(timings[True][1:])[repeats // 2]
     return {"batch": batch, "steps": steps, "median_s_without": without, "median_s_with": with_tracer,
             "overhead_pct": 100 * (with_tracer / without - 1), "all_without": timings[False], "all_with": timings[True]}

@@ -8,33 +8,20 @@ invariant >= 0.9 x stock at B >= 8 and >= 0.7 x stock at B = 1.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
-import torch
-
 from canvaslab.environment import environment_fingerprint
-from canvaslab.generation import generate
 from canvaslab.invariant import replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+from tracer_overhead import timed_generate  # benchmarks/ (the script's own folder is on sys.path)
 
 
 def step_throughput(loaded, mode: str, batch: int, steps: int = 4, repeats: int = 3) -> dict:
     """Canvas tokens per second over ``steps`` denoising passes (median of ``repeats``, after a warm-up)."""
     prompt = loaded.tokenizer("the man said that the water in the river was cold")["input_ids"]
-    times = []
-    for attempt in range(repeats + 1):
-        _sync(loaded.device)
-        start = time.perf_counter()
-        generate(loaded, [prompt] * batch, seed=attempt, mode=mode, generation={"max_denoising_steps": steps})
-        _sync(loaded.device)
-        times.append(time.perf_counter() - start)
+    times = [timed_generate(loaded, [prompt] * batch, {"max_denoising_steps": steps}, [], seed=attempt, mode=mode)
+             for attempt in range(repeats + 1)]
     median = sorted(times[1:])[repeats // 2]
     return {"mode": mode, "batch": batch, "steps": steps, "seconds": median, "all_seconds": times,
             "canvas_tokens_per_s": batch * 256 * steps / median, "ms_per_row_step": 1000 * median / (batch * steps)}

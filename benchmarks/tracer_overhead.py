@@ -64,11 +64,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_generate(loaded, prompts, generation, observers) -> float:
-    """Seconds of one generate call, device work included."""
+def timed_generate(loaded, prompts, generation, observers, seed: int = 0, mode: str = "stock") -> float:
+    """Seconds of one generate call, device work included (shared by the other timing scripts)."""
     _sync(loaded.device)
     start = time.perf_counter()
-    generate(loaded, prompts, seed=0, observers=observers, generation=generation)
+    generate(loaded, prompts, seed=seed, observers=observers, generation=generation, mode=mode)
     _sync(loaded.device)
     return time.perf_counter() - start
 

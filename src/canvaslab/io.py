@@ -62,3 +62,55 @@ def write_json_atomic(path: str | Path, payload: Any) -> Path:
 def read_json(path: str | Path) -> Any:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def append_line(path: str | Path, line: str) -> bool:
+    """Append one newline-terminated ``line`` and fsync it; the result-log primitive of resumable runs.
+
+    A kill during a write leaves at most one cut-short last line. Before appending, such a line is
+    removed (returns True) so the new record starts on a line of its own; a complete last record that
+    only lacks its newline is kept. One writer at a time.
+    """
+    if not line.endswith("\n"):
+        raise ValueError("append_line needs a newline-terminated line")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab+") as handle:
+        dropped = _repair_tail(handle)
+        handle.write(line.encode("utf-8"))
+        handle.flush()
+        os.fsync(handle.fileno())
+    return dropped
+
+
+def _repair_tail(handle: Any) -> bool:
+    """Make the file end at a line boundary: keep a complete last JSON record, drop a cut-short one."""
+    size = handle.seek(0, os.SEEK_END)
+    if size == 0:
+        return False
+    handle.seek(size - 1)
+    if handle.read(1) == b"\n":
+        return False
+    start = _last_line_start(handle, size)
+    handle.seek(start)
+    try:
+        json.loads(handle.read().decode("utf-8"))
+    except ValueError:
+        handle.truncate(start)
+        return True
+    handle.seek(0, os.SEEK_END)
+    handle.write(b"\n")
+    return False
+
+
+def _last_line_start(handle: Any, size: int, chunk: int = 1 << 16) -> int:
+    """Offset just after the last newline (0 if none), reading backwards in chunks."""
+    end = size
+    while end > 0:
+        begin = max(0, end - chunk)
+        handle.seek(begin)
+        newline = handle.read(end - begin).rfind(b"\n")
+        if newline >= 0:
+            return begin + newline + 1
+        end = begin
+    return 0

@@ -1,9 +1,6 @@
 """A planted one-element difference is found at the right module, pass and origin."""
 
-import contextlib
-
 import pytest
-import torch
 
 from canvaslab.capture import Recorder, compare_captures, detail
 from canvaslab.generation import generate

@@ -8,16 +8,14 @@ inputs, the difference came from code between two recorded calls, and the origin
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from canvaslab.capture.digest import bits
-from canvaslab.capture.recorder import Capture, CallRecord, PassKey
+from canvaslab.capture.recorder import DECODER_LAYER, Capture, CallRecord, PassKey
 
-_DECODER_LAYER = re.compile(r"(^|\.)decoder\.layers\.(\d+)$")
 
 
 @dataclass
@@ -64,7 +62,7 @@ def _positions_per_layer(group_ref: list[CallRecord], matched: dict) -> tuple[di
     counts, width = {}, None
     for ref in group_ref:
         run = matched.get(ref.key)
-        match = _DECODER_LAYER.search(ref.name)
+        match = DECODER_LAYER.search(ref.name)
         if ref.kind == "module" and match and run is not None and ref.positions and run.positions:
             counts[f"layer {match.group(2)}"] = sum(a != b for a, b in zip(ref.positions, run.positions))
             width = len(ref.positions)

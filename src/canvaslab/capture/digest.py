@@ -52,18 +52,16 @@ def digest_rows(tensor: torch.Tensor) -> torch.Tensor:
     return (raw * _odd_weights(raw.shape[1], 0, raw.device)).sum(dim=1)
 
 
+def fold(row_digests: torch.Tensor) -> torch.Tensor:
+    """Per-row digests folded into one 0-dim int64 tensor (row order matters)."""
+    return (row_digests * _odd_weights(row_digests.shape[0], 1, row_digests.device)).sum()
+
+
 def digest_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """The digest as a 0-dim int64 tensor on the tensor's device: no host synchronisation."""
-    row_digests = digest_rows(tensor)
-    return (row_digests * _odd_weights(row_digests.shape[0], 1, row_digests.device)).sum()
+    return fold(digest_rows(tensor))
 
 
 def digest(tensor: torch.Tensor) -> int:
     return int(digest_tensor(tensor).item())
 
-
-def position_digests(tensor: torch.Tensor) -> torch.Tensor | None:
-    """Per-position digests (a device tensor) of a ``(1, positions, hidden)`` activation, else None."""
-    if tensor.dim() != 3 or tensor.shape[0] != 1:
-        return None
-    return digest_rows(tensor[0])

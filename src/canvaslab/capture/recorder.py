@@ -12,13 +12,14 @@ Calls listed in ``keep`` also keep row 0's full output on the device, for the de
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from canvaslab.capture.digest import digest_tensor, position_digests, row_slice
+from canvaslab.capture.digest import digest_rows, digest_tensor, fold, row_slice
 
 # Numeric ops recorded between modules. Only ops whose row 0 depends on row 0 alone: no sorts over
 # flattened tokens, whose order mixes rows.
@@ -29,6 +30,8 @@ RECORDED_OPS = frozenset({
 # Reductions are row-local only along an explicit, non-batch dim; (dim argument position, default).
 REDUCTIONS = {"softmax": (1, None), "log_softmax": (1, None), "logsumexp": (1, None), "sum": (1, None),
               "mean": (1, None), "argmax": (1, None), "topk": (2, -1)}
+# Decoder layer outputs keep one digest per canvas position: how far a difference has spread.
+DECODER_LAYER = re.compile(r"(^|\.)decoder\.layers\.(\d+)$")
 # Modules whose internals reorder tokens across rows (expert dispatch): recorded as a whole only.
 OPAQUE_MODULE_SUFFIXES = ("Experts",)
 
@@ -205,13 +208,13 @@ class Recorder:
         row = row_slice(tensor, batch)
         if input_digests is None:
             input_digests = tuple(digest_tensor(row_slice(t, batch)) for t in inputs)
-        outputs = tensors_in([output])
-        combined = sum(digest_tensor(row_slice(t, batch)) * (2 * i + 1) for i, t in enumerate(outputs))
+        rows = [digest_rows(row_slice(t, batch)) for t in tensors_in([output])]
+        combined = sum(fold(r) * (2 * i + 1) for i, r in enumerate(rows))
+        spread = kind == "module" and row.dim() == 3 and row.shape[0] == 1 and DECODER_LAYER.search(name)
         occurrence = self._occurrences.get(name, 0)
         self._occurrences[name] = occurrence + 1
         record = CallRecord(kind, name, self._pass, self._position, occurrence, tuple(input_digests), combined,
-                            row.numel() * row.element_size(), tuple(row.shape),
-                            position_digests(row) if kind == "module" else None)
+                            row.numel() * row.element_size(), tuple(row.shape), rows[0] if spread else None)
         if record.key in self.keep:
             self.capture.kept[record.key] = row.detach().clone()
         self.capture.records.append(record)

@@ -1,5 +1,5 @@
 """``canvaslab vocab-scan``: the unused tokens of a vocabulary, their expected count per canvas, and
-their frequency in a corpus. Importing this module also registers ``canvaslab assets``."""
+their frequency in a corpus."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from canvaslab.cli import assets as _assets  # noqa: F401  (registers `canvaslab assets`)
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import write_json_atomic

@@ -3,10 +3,7 @@ that does not depend on the read size, and the CLI's user errors. CPU only, no n
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -206,12 +203,8 @@ def test_a_directory_without_tokenizer_files_is_a_user_error(tmp_path):
 
 
 @pytest.fixture
-def cli(monkeypatch, capsys):
+def cli(capsys):
     """Run ``canvaslab`` through its real entry point; returns (exit code, stdout, stderr)."""
-    for name in ("canvaslab.cli.batch_study", "canvaslab.cli.generate"):  # other command groups, if not built yet
-        if importlib.util.find_spec(name) is None:
-            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    import canvaslab.cli.vocab  # noqa: F401  (registers vocab-scan and assets)
     from canvaslab.cli.main import main
 
     def run(*args: str) -> tuple[int, str, str]:

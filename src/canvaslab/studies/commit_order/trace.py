@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import write_text_atomic
+from canvaslab.io import append_line, write_text_atomic
 
 TRACE_FIELDS: tuple[str, ...] = (
     "generation_id", "regime", "prompt_id", "seed", "budget", "content", "calls", "correct",
@@ -364,14 +364,9 @@ def append_trace(path: str | Path, trace: GenerationTrace) -> None:
     If the file ends in a line cut short by an interrupted run, that line is removed first (with a
     ``TruncatedTraceWarning``) so the new record starts on a line of its own. One writer at a time.
     """
-    path = Path(path)
-    line = _json_line(trace, where=f"cannot append to {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab+") as handle:
-        _repair_tail(handle, path)
-        handle.write(line.encode("utf-8"))
-        handle.flush()
-        os.fsync(handle.fileno())
+    if append_line(path, _json_line(trace, where=f"cannot append to {path}")):
+        warnings.warn(f"{path}: removed an incomplete last line (interrupted write) before appending",
+                      TruncatedTraceWarning, stacklevel=2)
 
 
 def write_traces(path: str | Path, traces: Iterable[GenerationTrace]) -> Path:
@@ -435,41 +430,3 @@ def _parquet_row(trace: GenerationTrace, where: str) -> dict[str, Any]:
 def _dump_extra(record: dict[str, Any], core: tuple[str, ...]) -> str | None:
     extra = {k: v for k, v in record.items() if k not in core}
     return json.dumps(extra, ensure_ascii=False, allow_nan=False) if extra else None
-
-
-def _repair_tail(handle: Any, path: Path) -> None:
-    """Make the file end at a line boundary: keep a complete last record, drop a cut-short one."""
-    size = handle.seek(0, os.SEEK_END)
-    if size == 0:
-        return
-    handle.seek(size - 1)
-    if handle.read(1) == b"\n":
-        return
-    start = _last_line_start(handle, size)
-    handle.seek(start)
-    tail = handle.read()
-    try:
-        json.loads(tail.decode("utf-8"), parse_constant=_reject_constant)
-    except ValueError:
-        warnings.warn(
-            f"{path}: removed an incomplete last line (interrupted write) before appending",
-            TruncatedTraceWarning,
-            stacklevel=3,
-        )
-        handle.truncate(start)
-        return
-    handle.seek(0, os.SEEK_END)
-    handle.write(b"\n")
-
-
-def _last_line_start(handle: Any, size: int, chunk: int = 1 << 16) -> int:
-    """Offset just after the last newline (0 if none), reading backwards in chunks."""
-    end = size
-    while end > 0:
-        begin = max(0, end - chunk)
-        handle.seek(begin)
-        newline = handle.read(end - begin).rfind(b"\n")
-        if newline >= 0:
-            return begin + newline + 1
-        end = begin
-    return 0

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.io import append_line
 
 
 class ResultsLog:
@@ -42,12 +43,7 @@ class ResultsLog:
 
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
         """Append one record as a line and make it durable before returning it."""
-        line = json.dumps(record, sort_keys=True, allow_nan=False) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_line(self.path, json.dumps(record, sort_keys=True, allow_nan=False) + "\n")
         return record
 
     def has_results(self) -> bool:
