@@ -38,18 +38,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     loaded = load_model(args.model, device=args.device, layers=args.layers)
+    environment = environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
+                                          replaced_ops={m: replaced_ops(m) for m in args.modes.split(",")})
     rows = []
     for batch in map(int, args.batch_sizes.split(",")):
         for mode in args.modes.split(","):
             rows.append(step_throughput(loaded, mode, batch, args.steps))
             print({k: v for k, v in rows[-1].items() if k != "all_seconds"}, flush=True)
+            write_json_atomic(args.out, {"environment": environment, "runs": with_ratios(rows)})  # survives a cut-off
+
+
+def with_ratios(rows: list[dict]) -> list[dict]:
+    """Each run with its throughput relative to stock at the same batch size."""
     stock = {r["batch"]: r["canvas_tokens_per_s"] for r in rows if r["mode"] == "stock"}
-    for row in rows:
-        row["vs_stock"] = row["canvas_tokens_per_s"] / stock[row["batch"]] if row["batch"] in stock else None
-    write_json_atomic(args.out, {
-        "environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
-                                               replaced_ops={m: replaced_ops(m) for m in args.modes.split(",")}),
-        "runs": rows})
+    return [{**row, "vs_stock": row["canvas_tokens_per_s"] / stock[row["batch"]] if row["batch"] in stock else None}
+            for row in rows]
 
 
 if __name__ == "__main__":

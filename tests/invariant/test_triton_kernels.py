@@ -60,3 +60,51 @@ def test_row_reductions_row_equals_one_row_result(rows, d, kind, seed):
     stock = {"logsumexp": lambda t: t.logsumexp(-1), "softmax": lambda t: t.softmax(-1),
              "log_softmax": lambda t: t.log_softmax(-1), "sum": lambda t: t.sum(-1), "mean": lambda t: t.mean(-1)}[kind]
     torch.testing.assert_close(full, stock(x), rtol=1e-5, atol=1e-4)
+
+
+def _routed(tokens, experts, top_k, hidden, seed):
+    gen = torch.Generator().manual_seed(seed)
+    choice = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])
+    flat = choice.reshape(-1)
+    order = torch.sort(flat, stable=True).indices
+    x = torch.randn(tokens, hidden, generator=gen)[order // top_k]
+    return x, torch.bincount(flat, minlength=experts), flat[order]
+
+
+@settings(max_examples=5, deadline=None)
+@given(tokens=st.integers(1, 90), experts=st.integers(2, 9), n=st.integers(1, 150), k=st.integers(1, 140),
+       transposed=st.booleans(), seed=st.integers(0, 99))
+def test_grouped_linear_row_equals_one_row_result(tokens, experts, n, k, transposed, seed):
+    top_k = min(2, experts)
+    x, counts, expert_of_row = _routed(tokens, experts, top_k, k, seed)
+    weight = torch.randn(experts, n, k, generator=torch.Generator().manual_seed(seed + 1))
+    stored = weight.transpose(1, 2).contiguous() if transposed else weight
+    out = triton_kernels.grouped_linear(x.to(DEVICE), stored.to(DEVICE), counts.to(DEVICE), transposed).cpu()
+    reference = torch.einsum("sk,snk->sn", x.double(), weight[expert_of_row].double())
+    torch.testing.assert_close(out.double(), reference, rtol=1e-5, atol=1e-4)
+    last = expert_of_row[-1].item()  # the last routed row, alone in its expert's group
+    alone_counts = torch.zeros_like(counts)
+    alone_counts[last] = 1
+    alone = triton_kernels.grouped_linear(x[-1:].to(DEVICE), stored.to(DEVICE), alone_counts.to(DEVICE), transposed).cpu()
+    assert torch.equal(out[-1], alone[0])
+
+
+def test_invariant_experts_grouped_path_matches_per_expert_path():
+    from transformers import DiffusionGemmaConfig
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextExperts
+
+    from canvaslab.invariant import experts as invariant_experts
+    from canvaslab.models.presets import TINY
+
+    config = TINY.build_config().text_config
+    assert isinstance(TINY.build_config(), DiffusionGemmaConfig)
+    module = DiffusionGemmaTextExperts(config)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        module.gate_up_proj.normal_(generator=gen)
+        module.down_proj.normal_(generator=gen)
+    x, counts, _ = _routed(40, config.num_experts, config.top_k_experts, config.hidden_size, seed=4)
+    with torch.no_grad():
+        grouped = invariant_experts._grouped_on_cuda(module, x, counts)
+        per_expert = invariant_experts._per_expert_on_cpu(module, x, counts)
+    assert ((grouped - per_expert).norm() / per_expert.norm()).item() < 1e-6  # fp32, other summation order

@@ -5,10 +5,11 @@
 - ``stock``: transformers and PyTorch as they are (the batch-variant baseline).
 - ``rowwise``: the seeds' diagnostic fix (router projection and self-conditioning matmul row by row).
 - ``invariant``: every op whose result can depend on batch shape computed so that it cannot: matmuls
-  and linear layers, softmax / log-softmax / logsumexp (entropy), last-dim sums and means (RMSNorm),
-  top-k (``BatchInvariantMode``); attention per sequence (``AttentionInterface``); experts with a
-  stable routing sort and fixed-order combine (``ExpertsInterface``). Sampling is made per-row by the
-  runner's per-row random streams (``--rng row``).
+  and linear layers, softmax / log-softmax / logsumexp (entropy), sums and means (RMSNorm), top-k and
+  sort (``canvaslab.invariant.ops``: torch.library overrides on CUDA, a dispatch mode on the CPU);
+  attention with no batch-dependent KV split and padding dropped (``AttentionInterface``); experts
+  with a stable routing sort, a grouped kernel and a fixed-order combine (``ExpertsInterface``).
+  Sampling is made per-row by the runner's per-row random streams (``--rng row``).
 
 ``batch_invariant()`` is the op-level switch alone, usable around any PyTorch code.
 """
@@ -19,7 +20,7 @@ import contextlib
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.invariant import attention, experts
-from canvaslab.invariant.ops import REPLACED_OPS, BatchInvariantMode
+from canvaslab.invariant.ops import REPLACED_OPS, BatchInvariantMode, library_overrides
 from canvaslab.invariant.rowwise import rowwise
 
 MODES = ("stock", "rowwise", "invariant")
@@ -35,9 +36,17 @@ def replaced_ops(mode: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def batch_invariant():
-    """Batch-invariant aten ops for the duration of the block (matmuls, softmax family, reductions, top-k)."""
-    with BatchInvariantMode():
+def batch_invariant(device: str | None = None):
+    """Batch-invariant aten ops for the duration of the block (matmuls, softmax family, reductions, top-k).
+
+    ``device="cuda"`` installs only the CUDA overrides (the fast path for a GPU model: ops that are not
+    replaced never enter Python); ``"cpu"`` only the CPU dispatch mode; ``None`` both.
+    """
+    with contextlib.ExitStack() as stack:
+        if device in (None, "cuda"):
+            stack.enter_context(library_overrides("CUDA"))
+        if device in (None, "cpu"):
+            stack.enter_context(BatchInvariantMode())
         yield
 
 
@@ -70,7 +79,7 @@ def generation_mode(model, mode: str):
     else:
         attention.register()
         experts.register()
-        with _implementations(model, attention.NAME), batch_invariant():
+        with _implementations(model, attention.NAME), batch_invariant(model.device.type):
             yield
 
 

@@ -1,9 +1,11 @@
 """Batch-invariant mixture-of-experts through transformers' ``ExpertsInterface``.
 
-Tokens are grouped by expert with a stable sort (one answer, whatever the batch), each expert's tokens
-go through its two projections as ordinary ``F.linear`` calls (so the batch-invariant matmul computes
-them, whatever number of tokens the batch routes to the expert), and each token's top-k expert outputs
-are combined in a fixed order, with no atomic ``index_add_``, whose order could vary between runs.
+Tokens are grouped by expert with a stable sort (one answer, whatever the batch). On CUDA both
+projections run as one grouped Triton launch each (``triton_kernels.grouped_linear``): fixed tiles,
+the whole K range reduced in order, the tile schedule computed on the device. On the CPU each expert's
+tokens go through ``F.linear`` (so the CPU's batch-invariant matmul computes them). Each token's top-k
+expert outputs are then combined in a fixed order, with no atomic ``index_add_``, whose order could
+vary between runs.
 """
 
 from __future__ import annotations
@@ -15,22 +17,36 @@ from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 NAME = "canvaslab_invariant"
 
 
+def _grouped_on_cuda(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    from canvaslab.invariant.triton_kernels import grouped_linear
+
+    transposed = getattr(self, "is_transposed", False)
+    gated = self._apply_gate(grouped_linear(routed, self.gate_up_proj, counts, transposed))
+    return grouped_linear(gated, self.down_proj, counts, transposed)
+
+
+def _per_expert_on_cpu(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    outputs, start = [], 0
+    for expert, count in enumerate(counts.tolist()):
+        if count:
+            chunk = routed[start:start + count]
+            outputs.append(F.linear(self._apply_gate(F.linear(chunk, self.gate_up_proj[expert])), self.down_proj[expert]))
+            start += count
+    return torch.cat(outputs)
+
+
 def invariant_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                               top_k_weights: torch.Tensor) -> torch.Tensor:
+    if getattr(self, "has_bias", False) or getattr(self, "has_post_expert_norm", False):
+        raise NotImplementedError("canvaslab's invariant experts support gated experts without biases or post-norm")
     tokens, top_k = top_k_index.shape
     flat_experts = top_k_index.reshape(-1)
     order = torch.sort(flat_experts, stable=True).indices
-    counts = torch.bincount(flat_experts, minlength=self.num_experts).tolist()
+    counts = torch.bincount(flat_experts, minlength=self.num_experts)
     routed = hidden_states[order // top_k]
-    outputs = hidden_states.new_empty((tokens * top_k, hidden_states.shape[-1]))
-    start = 0
-    for expert, count in enumerate(counts):
-        if count == 0:
-            continue
-        chunk = routed[start:start + count]
-        gated = self._apply_gate(F.linear(chunk, self.gate_up_proj[expert]))
-        outputs[order[start:start + count]] = F.linear(gated, self.down_proj[expert])
-        start += count
+    compute = _grouped_on_cuda if hidden_states.is_cuda else _per_expert_on_cpu
+    outputs = torch.empty_like(routed)
+    outputs[order] = compute(self, routed, counts)
     weighted = outputs.view(tokens, top_k, -1) * top_k_weights[..., None].to(outputs.dtype)
     combined = weighted[:, 0]
     for k in range(1, top_k):  # fixed order over the token's experts

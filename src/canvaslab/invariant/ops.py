@@ -1,14 +1,23 @@
-"""``BatchInvariantMode``: the aten ops whose results can depend on batch shape, computed so they cannot.
+"""The aten ops whose results can depend on batch shape, computed so they cannot.
 
-A ``TorchDispatchMode`` sees every aten call while it is active and leaves on exit, so the switch is one
-context manager and turns off cleanly. On CUDA the replaced ops run canvaslab's Triton kernels (fixed
-tiles, reduction order fixed by the reduced size); on the CPU they run the stock kernels on fixed-shape
-row chunks (``canvaslab.invariant.cpu``). Inside ``__torch_dispatch__`` the mode is not active, so the
-stock kernel is reachable there, which is why this is a dispatch mode rather than a ``torch.library``
-override of the aten kernels themselves.
+One switch, two installations, chosen by device:
+
+- **CUDA**: ``library_overrides()`` registers Python kernels for the replaced aten ops at the CUDA
+  dispatch key with ``torch.library`` (removed again on exit). Only these ops leave C++, and each runs
+  a Triton kernel (fixed tiles, reduction order fixed by the reduced size). These kernels handle every
+  case of their op (any reduced dims, any dtype), since the stock CUDA kernel is hidden while they are
+  registered.
+- **CPU**: ``BatchInvariantMode``, a ``TorchDispatchMode``. The CPU path computes with the *stock*
+  kernels at batch-independent shapes (``canvaslab.invariant.cpu``); inside ``__torch_dispatch__`` the
+  mode is off, so the stock kernel is reachable there, which an override of the CPU kernel would hide.
+
+Library overrides are process-wide while active; a dispatch mode is per thread.
 """
 
 from __future__ import annotations
+
+import contextlib
+import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -129,3 +138,118 @@ _HANDLERS = {
     aten.mean.dim: _sum_or_mean("mean"),
     aten.topk.default: _topk,
 }
+
+
+# --- CUDA: torch.library overrides --------------------------------------------------------------------
+
+
+def _reduced_last(x: torch.Tensor, dims) -> tuple[torch.Tensor, list[int]]:
+    """``x`` with the reduced dims moved last and flattened into one: ``(*kept, D)``, and the reduced dims."""
+    dims = sorted({d % max(x.dim(), 1) for d in dims}) if dims else list(range(x.dim()))
+    kept = [d for d in range(x.dim()) if d not in dims]
+    return x.permute(*kept, *dims).reshape(*[x.shape[d] for d in kept], -1), dims
+
+
+def _restore_dims(out: torch.Tensor, dims: list[int], keepdim: bool) -> torch.Tensor:
+    for d in dims if keepdim else []:
+        out = out.unsqueeze(d)
+    return out
+
+
+def _reduce(x: torch.Tensor, dims, keepdim: bool, kind: str, out_dtype: torch.dtype) -> torch.Tensor:
+    rows, dims = _reduced_last(x, dims)
+    if rows.numel() == 0 or rows.shape[-1] == 0:
+        empty = {"sum": 0.0, "mean": float("nan"), "logsumexp": float("-inf")}[kind]
+        out = torch.full(rows.shape[:-1], empty, dtype=out_dtype, device=x.device)
+    else:
+        out = _triton().row_reduce(rows, kind, out_dtype)
+    return _restore_dims(out, dims, keepdim)
+
+
+def _cuda_sum(x, dim=None, keepdim=False, *, dtype=None):
+    if x.is_floating_point() or (dtype is not None and dtype.is_floating_point):
+        return _reduce(x if x.is_floating_point() else x.to(dtype), dim, keepdim, "sum", dtype or x.dtype)
+    # Integer sums are exact in any order; a cumulative sum's last entry is one without aten.sum.
+    rows, dims = _reduced_last(x, dim)
+    out_dtype = dtype or torch.int64
+    if rows.shape[-1] == 0:
+        out = torch.zeros(rows.shape[:-1], dtype=out_dtype, device=x.device)
+    else:
+        out = torch.cumsum(rows, dim=-1, dtype=out_dtype)[..., -1]
+    return _restore_dims(out, dims, keepdim)
+
+
+def _cuda_mean(x, dim=None, keepdim=False, *, dtype=None):
+    if not (x.is_floating_point() or (dtype is not None and dtype.is_floating_point)):
+        raise RuntimeError(f"mean(): could not infer output dtype; input dtype {x.dtype} is not floating point")
+    return _reduce(x if x.is_floating_point() else x.to(dtype), dim, keepdim, "mean", dtype or x.dtype)
+
+
+def _cuda_logsumexp(x, dim, keepdim=False):
+    x = x if x.is_floating_point() else x.to(torch.get_default_dtype())
+    return _reduce(x, dim, keepdim, "logsumexp", x.dtype)
+
+
+def _cuda_normalise(kind):
+    def kernel(x, dim, half_to_float):
+        out_dtype = torch.float32 if half_to_float else x.dtype
+        if x.numel() == 0:
+            return torch.empty_like(x, dtype=out_dtype)
+        moved = x.movedim(dim, -1)
+        return _triton().row_reduce(moved, kind, out_dtype).movedim(-1, dim).contiguous()
+    return kernel
+
+
+def _cuda_mm(a, b):
+    return _triton().matmul(a, b)
+
+
+def _cuda_addmm(bias, a, b, *, beta=1, alpha=1):
+    if beta == 1 and alpha == 1 and bias.dim() == 1:
+        return _triton().matmul(a, b, bias=bias)
+    out = _triton().matmul(a, b)
+    out = out if alpha == 1 else out * alpha
+    return out if beta == 0 else out + (bias if beta == 1 else bias * beta)
+
+
+def _cuda_bmm(a, b):
+    return _triton().matmul(a, b)
+
+
+def _cuda_topk(x, k, dim=-1, largest=True, sorted=True):
+    return tuple(t.contiguous() for t in _topk(None, x, k, dim, largest, sorted))
+
+
+def _cuda_sort(x, dim=-1, descending=False):
+    return _sort(None, x, dim, descending)
+
+
+_LIBRARY_KERNELS = {
+    "sort": _cuda_sort,
+    "mm": _cuda_mm,
+    "addmm": _cuda_addmm,
+    "bmm": _cuda_bmm,
+    "_softmax": _cuda_normalise("softmax"),
+    "_log_softmax": _cuda_normalise("log_softmax"),
+    "logsumexp": _cuda_logsumexp,
+    "sum.dim_IntList": _cuda_sum,
+    "mean.dim": _cuda_mean,
+    "topk": _cuda_topk,
+}
+
+
+@contextlib.contextmanager
+def library_overrides(dispatch_key: str = "CUDA"):
+    """The replaced aten ops' ``dispatch_key`` kernels swapped for the Triton ones, for the block.
+
+    Tests pass ``"CPU"`` to run the very same overrides through Triton's interpreter.
+    """
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": that is the point
+        for name, kernel in _LIBRARY_KERNELS.items():
+            library.impl(name, kernel, dispatch_key)
+    try:
+        yield
+    finally:
+        library._destroy()

@@ -4,8 +4,15 @@
   when K is very large a split-K plan chosen from (K, N) alone cuts K into a fixed number of slices
   whose fp32 partials are summed in slice order by a second kernel. A row's result is therefore the
   same whether M is 1 or 16,384 (vLLM and batch_invariant_ops use the same idea).
-- ``row_reduce``: one program per row over the last dimension, fixed block width, fp32 accumulation:
-  logsumexp, softmax, log_softmax, sum and mean.
+- ``grouped_linear``: the mixture-of-experts projections in one launch. Rows arrive grouped by expert;
+  each program finds its (expert, row tile) from per-expert tile counts kept on the device (no host
+  sync), and reduces the whole K range in order with the same fixed tiles, so a routed row's result
+  does not depend on how many other rows the batch sends to its expert, nor where in a tile it lands.
+- ``row_reduce``: a fixed number of rows per program over the last dimension, fixed block width, both
+  chosen from the row length alone, fp32 accumulation: logsumexp, softmax, log_softmax, sum and mean.
+
+Row counts are marked ``do_not_specialize``: Triton would otherwise compile a separate kernel for
+M == 1 or M divisible by 16, and a row's arithmetic must come from one compiled kernel at every batch.
 
 Both run under ``TRITON_INTERPRET=1`` on the CPU, which is how the tests check their logic without a GPU.
 """
@@ -28,7 +35,7 @@ def split_k_plan(k: int, n: int) -> int:
     return max(1, min(k // 8192, triton.cdiv(256, tiles_n)))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def _matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, k_per_split,
                    s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_ob, s_os, s_om, s_on,
                    SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, FP32_INPUTS: tl.constexpr, K_STEPS: tl.constexpr,
@@ -106,47 +113,116 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -
     return out if batched else out[0]
 
 
+GROUPED_BLOCK_M, GROUPED_BLOCK_N, GROUPED_BLOCK_K = 64, 128, 64
+
+
+@triton.jit(do_not_specialize=["S"])
+def _grouped_kernel(x_ptr, w_ptr, out_ptr, group_ends_ptr, tile_ends_ptr, S, N, K, E,
+                    s_xm, s_xk, s_we, s_wk, s_wn, s_om, s_on,
+                    E_BLOCK: tl.constexpr, K_STEPS: tl.constexpr, FP32_INPUTS: tl.constexpr,
+                    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    tile = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    experts = tl.arange(0, E_BLOCK)
+    tile_ends = tl.load(tile_ends_ptr + experts, mask=experts < E, other=2147483647)
+    expert = tl.sum((tile_ends <= tile).to(tl.int32), axis=0)  # the expert whose tiles contain this one
+    if expert < E:
+        first_tile = tl.load(tile_ends_ptr + expert - 1, mask=expert > 0, other=0)
+        group_start = tl.load(group_ends_ptr + expert - 1, mask=expert > 0, other=0)
+        group_end = tl.load(group_ends_ptr + expert)
+        rm = group_start + (tile - first_tile) * BM + tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        w_base = w_ptr + expert.to(tl.int64) * s_we
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for step in range(0, K_STEPS):  # K blocks in order
+            ks = step * BK + rk
+            a = tl.load(x_ptr + rm[:, None] * s_xm + ks[None, :] * s_xk,
+                        mask=(rm[:, None] < group_end) & (ks[None, :] < K), other=0.0)
+            b = tl.load(w_base + ks[:, None] * s_wk + rn[None, :] * s_wn,
+                        mask=(ks[:, None] < K) & (rn[None, :] < N), other=0.0)
+            if FP32_INPUTS:
+                acc += tl.dot(a, b, input_precision="ieee")
+            else:
+                acc += tl.dot(a, b)
+        tl.store(out_ptr + rm[:, None] * s_om + rn[None, :] * s_on, acc.to(out_ptr.dtype.element_ty),
+                 mask=(rm[:, None] < group_end) & (rn[None, :] < N))
+
+
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor, transposed: bool = False) -> torch.Tensor:
+    """Row ``r`` of ``x`` times expert ``e``'s matrix, for rows grouped by expert (``counts[e]`` rows each).
+
+    ``weight`` is ``(E, N, K)`` as ``F.linear`` takes it, or ``(E, K, N)`` when ``transposed``.
+    ``counts`` stays on the device: the tile schedule is computed there, so nothing waits for the GPU.
+    """
+    s, k = x.shape
+    e = weight.shape[0]
+    n = weight.shape[2] if transposed else weight.shape[1]
+    s_wk, s_wn = (weight.stride(1), weight.stride(2)) if transposed else (weight.stride(2), weight.stride(1))
+    group_ends = torch.cumsum(counts, 0).to(torch.int32)
+    tile_ends = torch.cumsum(torch.div(counts + GROUPED_BLOCK_M - 1, GROUPED_BLOCK_M, rounding_mode="floor"), 0)
+    out = torch.empty((s, n), device=x.device, dtype=x.dtype)
+    grid = (triton.cdiv(s, GROUPED_BLOCK_M) + e, triton.cdiv(n, GROUPED_BLOCK_N))  # an upper bound on the tiles
+    _grouped_kernel[grid](x, weight, out, group_ends, tile_ends.to(torch.int32), s, n, k, e,
+                          x.stride(0), x.stride(1), weight.stride(0), s_wk, s_wn, out.stride(0), out.stride(1),
+                          E_BLOCK=triton.next_power_of_2(e), K_STEPS=triton.cdiv(k, GROUPED_BLOCK_K),
+                          FP32_INPUTS=x.dtype == torch.float32,
+                          BM=GROUPED_BLOCK_M, BN=GROUPED_BLOCK_N, BK=GROUPED_BLOCK_K)
+    return out
+
+
 REDUCTIONS = {"logsumexp": 0, "softmax": 1, "log_softmax": 2, "sum": 3, "mean": 4}
 
 
-@triton.jit
-def _row_kernel(x_ptr, out_ptr, D, s_x, s_o, KIND: tl.constexpr, BLOCK: tl.constexpr, N_BLOCKS: tl.constexpr):
-    row = tl.program_id(0)
-    x_row = x_ptr + row * s_x
+@triton.jit(do_not_specialize=["R"])
+def _row_kernel(x_ptr, out_ptr, R, D, s_x, s_o, KIND: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                N_BLOCKS: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_mask = rows < R
+    x_rows = x_ptr + rows[:, None].to(tl.int64) * s_x
     offs = tl.arange(0, BLOCK)
     if KIND >= 3:  # sum, mean
-        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        acc = tl.zeros((ROWS, BLOCK), dtype=tl.float32)
         for i in range(0, N_BLOCKS):
-            d0 = i * BLOCK
-            acc += tl.load(x_row + d0 + offs, mask=d0 + offs < D, other=0.0).to(tl.float32)
-        total = tl.sum(acc, axis=0)
+            cols = i * BLOCK + offs
+            acc += tl.load(x_rows + cols[None, :], mask=row_mask[:, None] & (cols[None, :] < D), other=0.0).to(tl.float32)
+        total = tl.sum(acc, axis=1)
         if KIND == 4:
             total = total / D
-        tl.store(out_ptr + row, total.to(out_ptr.dtype.element_ty))
+        tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_mask)
     else:
-        peak = tl.full((BLOCK,), float("-inf"), dtype=tl.float32)
+        peak = tl.full((ROWS, BLOCK), float("-inf"), dtype=tl.float32)
         for i in range(0, N_BLOCKS):
-            d0 = i * BLOCK
-            peak = tl.maximum(peak, tl.load(x_row + d0 + offs, mask=d0 + offs < D, other=float("-inf")).to(tl.float32))
-        top = tl.max(peak, axis=0)
-        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+            cols = i * BLOCK + offs
+            x = tl.load(x_rows + cols[None, :], mask=row_mask[:, None] & (cols[None, :] < D), other=float("-inf"))
+            peak = tl.maximum(peak, x.to(tl.float32))
+        top = tl.max(peak, axis=1)
+        acc = tl.zeros((ROWS, BLOCK), dtype=tl.float32)
         for i in range(0, N_BLOCKS):
-            d0 = i * BLOCK
-            x = tl.load(x_row + d0 + offs, mask=d0 + offs < D, other=float("-inf")).to(tl.float32)
-            acc += tl.exp(x - top)
-        total = tl.sum(acc, axis=0)
+            cols = i * BLOCK + offs
+            x = tl.load(x_rows + cols[None, :], mask=row_mask[:, None] & (cols[None, :] < D), other=float("-inf"))
+            acc += tl.exp(x.to(tl.float32) - top[:, None])
+        total = tl.sum(acc, axis=1)
         if KIND == 0:
-            tl.store(out_ptr + row, (top + tl.log(total)).to(out_ptr.dtype.element_ty))
+            tl.store(out_ptr + rows, (top + tl.log(total)).to(out_ptr.dtype.element_ty), mask=row_mask)
         else:
             log_total = tl.log(total)
+            out_rows = out_ptr + rows[:, None].to(tl.int64) * s_o
             for i in range(0, N_BLOCKS):
-                d0 = i * BLOCK
-                x = tl.load(x_row + d0 + offs, mask=d0 + offs < D, other=0.0).to(tl.float32)
+                cols = i * BLOCK + offs
+                mask = row_mask[:, None] & (cols[None, :] < D)
+                x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
                 if KIND == 1:
-                    y = tl.exp(x - top) / total
+                    y = tl.exp(x - top[:, None]) / total[:, None]
                 else:
-                    y = x - top - log_total
-                tl.store(out_ptr + row * s_o + d0 + offs, y.to(out_ptr.dtype.element_ty), mask=d0 + offs < D)
+                    y = x - top[:, None] - log_total[:, None]
+                tl.store(out_rows + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def row_shape(d: int) -> tuple[int, int]:
+    """(rows per program, block width) for rows of length ``d``: a function of ``d`` alone."""
+    block = min(4096, triton.next_power_of_2(d))
+    return max(1, min(64, 8192 // block)), block
 
 
 def row_reduce(x: torch.Tensor, kind: str, out_dtype: torch.dtype) -> torch.Tensor:
@@ -157,7 +233,8 @@ def row_reduce(x: torch.Tensor, kind: str, out_dtype: torch.dtype) -> torch.Tens
         rows = rows.contiguous()
     elementwise = kind in ("softmax", "log_softmax")
     out = torch.empty(rows.shape if elementwise else rows.shape[:1], device=x.device, dtype=out_dtype)
-    block = min(4096, triton.next_power_of_2(d))
-    _row_kernel[(rows.shape[0],)](rows, out, d, rows.stride(0), out.stride(0) if elementwise else 1,
-                                  KIND=REDUCTIONS[kind], BLOCK=block, N_BLOCKS=triton.cdiv(d, block))
+    per_program, block = row_shape(d)
+    _row_kernel[(triton.cdiv(rows.shape[0], per_program),)](
+        rows, out, rows.shape[0], d, rows.stride(0), out.stride(0) if elementwise else 1,
+        KIND=REDUCTIONS[kind], ROWS=per_program, BLOCK=block, N_BLOCKS=triton.cdiv(d, block))
     return out.reshape(x.shape) if elementwise else out.reshape(x.shape[:-1])
