@@ -35,7 +35,7 @@ def test_split_k_plan_depends_on_k_and_n_only_and_reduces_in_order():
     assert triton_kernels.split_k_plan(2816, 128) == 1
     gen = torch.Generator().manual_seed(0)
     k = triton_kernels.SPLIT_K_MIN_K + 64
-    a, b = torch.randn(3, k, generator=gen), torch.randn(k, 16, generator=gen)
+    a, b = torch.randn(3, k, generator=gen).to(DEVICE), torch.randn(k, 16, generator=gen).to(DEVICE)
     full = triton_kernels.matmul(a, b)
     assert torch.equal(full[2], triton_kernels.matmul(a[2:3], b)[0])
     torch.testing.assert_close(full, a @ b, rtol=1e-4, atol=1e-3)
@@ -43,7 +43,7 @@ def test_split_k_plan_depends_on_k_and_n_only_and_reduces_in_order():
 
 def test_batched_matmul():
     gen = torch.Generator().manual_seed(1)
-    a, b = torch.randn(3, 5, 24, generator=gen), torch.randn(3, 24, 17, generator=gen)
+    a, b = torch.randn(3, 5, 24, generator=gen).to(DEVICE), torch.randn(3, 24, 17, generator=gen).to(DEVICE)
     out = triton_kernels.matmul(a, b)
     torch.testing.assert_close(out, torch.bmm(a, b), rtol=1e-5, atol=1e-5)
     assert torch.equal(out[1, 3], triton_kernels.matmul(a[1:2, 3:4], b[1:2])[0, 0])
@@ -53,7 +53,7 @@ def test_batched_matmul():
 @given(rows=st.integers(1, 9), d=st.integers(1, 5000), kind=st.sampled_from(sorted(triton_kernels.REDUCTIONS)),
        seed=st.integers(0, 99))
 def test_row_reductions_row_equals_one_row_result(rows, d, kind, seed):
-    x = torch.randn(rows, d, generator=torch.Generator().manual_seed(seed)) * 4
+    x = (torch.randn(rows, d, generator=torch.Generator().manual_seed(seed)) * 4).to(DEVICE)
     full = triton_kernels.row_reduce(x, kind, torch.float32)
     alone = triton_kernels.row_reduce(x[-1:], kind, torch.float32)
     assert torch.equal(full[-1], alone[0])
@@ -103,7 +103,9 @@ def test_invariant_experts_grouped_path_matches_per_expert_path():
     with torch.no_grad():
         module.gate_up_proj.normal_(generator=gen)
         module.down_proj.normal_(generator=gen)
+    module.to(DEVICE)
     x, counts, _ = _routed(40, config.num_experts, config.top_k_experts, config.hidden_size, seed=4)
+    x, counts = x.to(DEVICE), counts.to(DEVICE)
     with torch.no_grad():
         grouped = invariant_experts._grouped_on_cuda(module, x, counts)
         per_expert = invariant_experts._per_expert_on_cpu(module, x, counts)

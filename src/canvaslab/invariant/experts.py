@@ -42,15 +42,17 @@ def invariant_experts_forward(self, hidden_states: torch.Tensor, top_k_index: to
     tokens, top_k = top_k_index.shape
     flat_experts = top_k_index.reshape(-1)
     order = torch.sort(flat_experts, stable=True).indices
-    counts = torch.bincount(flat_experts, minlength=self.num_experts)
+    # Counted with integer atomics (exact in any order); bincount would wait for the GPU to size its output.
+    counts = torch.zeros(self.num_experts, dtype=torch.int64, device=flat_experts.device)
+    counts.index_add_(0, flat_experts, torch.ones_like(flat_experts))
     routed = hidden_states[order // top_k]
     compute = _grouped_on_cuda if hidden_states.is_cuda else _per_expert_on_cpu
     outputs = torch.empty_like(routed)
     outputs[order] = compute(self, routed, counts)
     weighted = outputs.view(tokens, top_k, -1) * top_k_weights[..., None].to(outputs.dtype)
-    combined = weighted[:, 0]
-    for k in range(1, top_k):  # fixed order over the token's experts
-        combined = combined + weighted[:, k]
+    combined = weighted[:, 0].float()
+    for k in range(1, top_k):  # fixed order over the token's experts, in fp32 as the stock sum accumulates
+        combined += weighted[:, k]
     return combined.to(hidden_states.dtype)
 
 

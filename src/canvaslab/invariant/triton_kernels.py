@@ -43,9 +43,9 @@ def _matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, k_per_split,
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_z = tl.program_id(2)
-    batch = pid_z // SPLIT
+    batch = (pid_z // SPLIT).to(tl.int64)
     split = pid_z % SPLIT
-    rm = pid_m * BM + tl.arange(0, BM)
+    rm = (pid_m * BM + tl.arange(0, BM)).to(tl.int64)  # int64: M x N passes 2**31 for lm_head at B=64
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     k_start = split * k_per_split
@@ -72,8 +72,8 @@ def _matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, k_per_split,
 @triton.jit
 def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, MN, N, s_pb, s_ps, s_ob,
                        SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
-    batch = tl.program_id(1)
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    batch = tl.program_id(1).to(tl.int64)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for s in tl.static_range(SPLIT):  # fixed slice order
@@ -130,7 +130,7 @@ def _grouped_kernel(x_ptr, w_ptr, out_ptr, group_ends_ptr, tile_ends_ptr, S, N, 
         first_tile = tl.load(tile_ends_ptr + expert - 1, mask=expert > 0, other=0)
         group_start = tl.load(group_ends_ptr + expert - 1, mask=expert > 0, other=0)
         group_end = tl.load(group_ends_ptr + expert)
-        rm = group_start + (tile - first_tile) * BM + tl.arange(0, BM)
+        rm = (group_start + (tile - first_tile) * BM + tl.arange(0, BM)).to(tl.int64)
         rn = pid_n * BN + tl.arange(0, BN)
         rk = tl.arange(0, BK)
         w_base = w_ptr + expert.to(tl.int64) * s_we
