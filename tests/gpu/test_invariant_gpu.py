@@ -30,20 +30,20 @@ def test_matmul_rows_equal_one_row_results(k, n):
 
 
 def test_grouped_linear_rows_equal_alone_at_expert_shapes():
-    from canvaslab.invariant.triton_kernels import grouped_linear
+    from canvaslab.invariant.triton_kernels import expert_schedule, grouped_linear
 
     experts, hidden, inter = 128, 2816, 1408
     counts = torch.randint(0, 40, (experts,), generator=torch.Generator().manual_seed(0)).cuda()
     rows = int(counts.sum())
     x, w = _rand(rows, hidden), _rand(experts, inter, hidden, seed=1) / hidden ** 0.5
-    full = grouped_linear(x, w, counts)
+    full = grouped_linear(x, w, expert_schedule(counts))
     ends = torch.cumsum(counts, 0).tolist()
     for expert in [0, 5, 64, 127]:
         start, end = ends[expert] - int(counts[expert]), ends[expert]
         for row in {start, (start + end) // 2, end - 1} if end > start else ():
             alone = torch.zeros_like(counts)
             alone[expert] = 1
-            assert torch.equal(full[row], grouped_linear(x[row:row + 1], w, alone)[0]), (expert, row)
+            assert torch.equal(full[row], grouped_linear(x[row:row + 1], w, expert_schedule(alone))[0]), (expert, row)
             reference = x[row].float() @ w[expert].float().T
             assert ((full[row].float() - reference).norm() / reference.norm()).item() < 1e-2
 

@@ -92,8 +92,10 @@ def invariant_attention_forward(module, query, key, value, attention_mask, scali
     key, value = repeat_kv(key, groups_of_kv), repeat_kv(value, groups_of_kv)
     mask = _explicit_mask(module, query, key, attention_mask, is_causal)
     batch = query.shape[0]
+    # A causal mask made here hides no padding: every row keeps every key, nothing to look up.
+    groups = _row_groups(mask, batch) if mask is attention_mask else {(0, True): list(range(batch))}
     output = None
-    for (drop, masked), rows in _row_groups(mask, batch).items():
+    for (drop, masked), rows in groups.items():
         index = rows if len(rows) < batch else slice(None)
         row_mask = (mask if mask.shape[0] == 1 else mask[index])[..., drop:] if masked else None
         out = _sdpa(query[index], key[index][:, :, drop:], value[index][:, :, drop:], row_mask, scaling)

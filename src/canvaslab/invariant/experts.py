@@ -18,11 +18,11 @@ NAME = "canvaslab_invariant"
 
 
 def _grouped_on_cuda(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    from canvaslab.invariant.triton_kernels import grouped_linear
+    from canvaslab.invariant.triton_kernels import expert_schedule, grouped_linear
 
-    transposed = getattr(self, "is_transposed", False)
-    gated = self._apply_gate(grouped_linear(routed, self.gate_up_proj, counts, transposed))
-    return grouped_linear(gated, self.down_proj, counts, transposed)
+    transposed, schedule = getattr(self, "is_transposed", False), expert_schedule(counts)
+    gated = self._apply_gate(grouped_linear(routed, self.gate_up_proj, schedule, transposed))
+    return grouped_linear(gated, self.down_proj, schedule, transposed)
 
 
 def _per_expert_on_cpu(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

@@ -85,32 +85,36 @@ def _sum_splits_kernel(part_ptr, bias_ptr, out_ptr, MN, N, s_pb, s_ps, s_ob,
 
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``a @ b (+ bias)`` for 2-D ``(M, K) @ (K, N)`` or batched 3-D ``(Z, M, K) @ (Z, K, N)``."""
-    batched = a.dim() == 3
-    a3, b3 = (a, b) if batched else (a[None], b[None])
-    z, m, k = a3.shape
-    n = b3.shape[2]
-    out = torch.empty((z, m, n), device=a.device, dtype=a.dtype)
+    if a.dim() == 3:
+        z, m, k = a.shape
+        n = b.shape[2]
+        out = torch.empty((z, m, n), device=a.device, dtype=a.dtype)
+        a_strides, b_strides, o_batch = a.stride(), b.stride(), out.stride(0)
+    else:  # batch stride 0: no views to make, which matters at B=1, where launches set the pace
+        (m, k), n, z = a.shape, b.shape[1], 1
+        out = torch.empty((m, n), device=a.device, dtype=a.dtype)
+        a_strides, b_strides, o_batch = (0, *a.stride()), (0, *b.stride()), 0
     split = split_k_plan(k, n)
     k_per_split = triton.cdiv(triton.cdiv(k, split), BLOCK_K) * BLOCK_K
     k_steps = k_per_split // BLOCK_K  # a compile-time loop count: one specialisation per (K, N) plan
     grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N), z * split)
     fp32 = a.dtype == torch.float32
+    o_m, o_n = out.stride(-2), out.stride(-1)
     if split == 1:
-        _matmul_kernel[grid](a3, b3, out, bias if bias is not None else out, m, n, k, k_per_split,
-                             a3.stride(0), a3.stride(1), a3.stride(2), b3.stride(0), b3.stride(1), b3.stride(2),
-                             out.stride(0), 0, out.stride(1), out.stride(2),
-                             SPLIT=1, HAS_BIAS=bias is not None, FP32_INPUTS=fp32, K_STEPS=k_steps, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K)
-        return out if batched else out[0]
+        _matmul_kernel[grid](a, b, out, bias if bias is not None else out, m, n, k, k_per_split,
+                             *a_strides, *b_strides, o_batch, 0, o_m, o_n,
+                             SPLIT=1, HAS_BIAS=bias is not None, FP32_INPUTS=fp32, K_STEPS=k_steps,
+                             BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K)
+        return out
     partial = torch.empty((z, split, m, n), device=a.device, dtype=torch.float32)
-    _matmul_kernel[grid](a3, b3, partial, out, m, n, k, k_per_split,
-                         a3.stride(0), a3.stride(1), a3.stride(2), b3.stride(0), b3.stride(1), b3.stride(2),
-                         partial.stride(0), partial.stride(1), partial.stride(2), partial.stride(3),
+    _matmul_kernel[grid](a, b, partial, out, m, n, k, k_per_split,
+                         *a_strides, *b_strides, *partial.stride(),
                          SPLIT=split, HAS_BIAS=False, FP32_INPUTS=fp32, K_STEPS=k_steps, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K)
     block = 1024
     _sum_splits_kernel[(triton.cdiv(m * n, block), z)](
         partial, bias if bias is not None else out, out, m * n, n, partial.stride(0), partial.stride(1),
-        out.stride(0), SPLIT=split, HAS_BIAS=bias is not None, BLOCK=block)
-    return out if batched else out[0]
+        o_batch, SPLIT=split, HAS_BIAS=bias is not None, BLOCK=block)
+    return out
 
 
 GROUPED_BLOCK_M, GROUPED_BLOCK_N, GROUPED_BLOCK_K = 64, 128, 64
@@ -149,21 +153,28 @@ def _grouped_kernel(x_ptr, w_ptr, out_ptr, group_ends_ptr, tile_ends_ptr, S, N, 
                  mask=(rm[:, None] < group_end) & (rn[None, :] < N))
 
 
-def grouped_linear(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor, transposed: bool = False) -> torch.Tensor:
-    """Row ``r`` of ``x`` times expert ``e``'s matrix, for rows grouped by expert (``counts[e]`` rows each).
+def expert_schedule(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row-group ends, row-tile ends) per expert, on the device: what ``grouped_linear`` needs to find
+    each program's expert and rows. Computed once per layer for both projections."""
+    tiles = torch.div(counts + GROUPED_BLOCK_M - 1, GROUPED_BLOCK_M, rounding_mode="floor")
+    return torch.cumsum(counts, 0, dtype=torch.int32), torch.cumsum(tiles, 0, dtype=torch.int32)
+
+
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor, schedule: tuple[torch.Tensor, torch.Tensor],
+                   transposed: bool = False) -> torch.Tensor:
+    """Each row of ``x`` times its expert's matrix, for rows grouped by expert (``expert_schedule``).
 
     ``weight`` is ``(E, N, K)`` as ``F.linear`` takes it, or ``(E, K, N)`` when ``transposed``.
-    ``counts`` stays on the device: the tile schedule is computed there, so nothing waits for the GPU.
+    The schedule stays on the device, so nothing waits for the GPU.
     """
     s, k = x.shape
     e = weight.shape[0]
     n = weight.shape[2] if transposed else weight.shape[1]
     s_wk, s_wn = (weight.stride(1), weight.stride(2)) if transposed else (weight.stride(2), weight.stride(1))
-    group_ends = torch.cumsum(counts, 0).to(torch.int32)
-    tile_ends = torch.cumsum(torch.div(counts + GROUPED_BLOCK_M - 1, GROUPED_BLOCK_M, rounding_mode="floor"), 0)
+    group_ends, tile_ends = schedule
     out = torch.empty((s, n), device=x.device, dtype=x.dtype)
     grid = (triton.cdiv(s, GROUPED_BLOCK_M) + e, triton.cdiv(n, GROUPED_BLOCK_N))  # an upper bound on the tiles
-    _grouped_kernel[grid](x, weight, out, group_ends, tile_ends.to(torch.int32), s, n, k, e,
+    _grouped_kernel[grid](x, weight, out, group_ends, tile_ends, s, n, k, e,
                           x.stride(0), x.stride(1), weight.stride(0), s_wk, s_wn, out.stride(0), out.stride(1),
                           E_BLOCK=triton.next_power_of_2(e), K_STEPS=triton.cdiv(k, GROUPED_BLOCK_K),
                           FP32_INPUTS=x.dtype == torch.float32,
@@ -225,16 +236,18 @@ def row_shape(d: int) -> tuple[int, int]:
     return max(1, min(64, 8192 // block)), block
 
 
-def row_reduce(x: torch.Tensor, kind: str, out_dtype: torch.dtype) -> torch.Tensor:
-    """Reduce (or normalise) the last dimension of ``x`` row by row; returns ``(rows,)`` or ``x``'s shape."""
+def row_reduce(x: torch.Tensor, kind: str, out_dtype: torch.dtype, keepdim: bool = False) -> torch.Tensor:
+    """Reduce (or normalise) the last dimension of ``x`` row by row; returns ``x.shape[:-1]`` (with a
+    trailing 1 when ``keepdim``) or, for softmax and log_softmax, ``x``'s shape."""
     d = x.shape[-1]
-    rows = x.reshape(-1, d)
-    if not rows.is_contiguous():
-        rows = rows.contiguous()
+    if not x.is_contiguous():
+        x = x.contiguous()
+    rows = x.numel() // d
     elementwise = kind in ("softmax", "log_softmax")
-    out = torch.empty(rows.shape if elementwise else rows.shape[:1], device=x.device, dtype=out_dtype)
+    shape = x.shape if elementwise else (*x.shape[:-1], 1) if keepdim else x.shape[:-1]
+    out = torch.empty(shape, device=x.device, dtype=out_dtype)
     per_program, block = row_shape(d)
-    _row_kernel[(triton.cdiv(rows.shape[0], per_program),)](
-        rows, out, rows.shape[0], d, rows.stride(0), out.stride(0) if elementwise else 1,
+    _row_kernel[(triton.cdiv(rows, per_program),)](
+        x, out, rows, d, d, d if elementwise else 1,
         KIND=REDUCTIONS[kind], ROWS=per_program, BLOCK=block, N_BLOCKS=triton.cdiv(d, block))
-    return out.reshape(x.shape) if elementwise else out.reshape(x.shape[:-1])
+    return out
