@@ -1,6 +1,6 @@
 """The proof on the CPU: in invariant mode row 0's generation does not depend on its batch.
 
-Batch sizes 1..8 and 32, with bit-identical copies and with other prompts of other lengths (row 0
+Batch sizes 1..8, 32 and 64, with bit-identical copies and with other prompts of other lengths (row 0
 left-padded), every recorded byte of every pass must match B=1; stock mode is the negative control and
 must diverge on this tiny float32 model.
 """
@@ -10,7 +10,7 @@ import pytest
 from canvaslab.prompts import builtin_prompts
 from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
 
-SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 32]
+SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 32, 64]
 
 
 @pytest.mark.parametrize("fill", ["copies", "mixed"])

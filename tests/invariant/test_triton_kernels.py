@@ -79,7 +79,8 @@ def test_grouped_linear_row_equals_one_row_result(tokens, experts, n, k, transpo
     x, counts, expert_of_row = _routed(tokens, experts, top_k, k, seed)
     weight = torch.randn(experts, n, k, generator=torch.Generator().manual_seed(seed + 1))
     stored = weight.transpose(1, 2).contiguous() if transposed else weight
-    out = triton_kernels.grouped_linear(x.to(DEVICE), stored.to(DEVICE), triton_kernels.expert_schedule(counts.to(DEVICE)), transposed).cpu()
+    schedule = triton_kernels.expert_schedule(counts.to(DEVICE))
+    out = triton_kernels.grouped_linear(x.to(DEVICE), stored.to(DEVICE), schedule, transposed).cpu()
     reference = torch.einsum("sk,snk->sn", x.double(), weight[expert_of_row].double())
     torch.testing.assert_close(out.double(), reference, rtol=1e-5, atol=1e-4)
     last = expert_of_row[-1].item()  # the last routed row, alone in its expert's group

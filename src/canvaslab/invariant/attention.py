@@ -33,7 +33,7 @@ def _visible(mask: torch.Tensor) -> torch.Tensor:
     return mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min
 
 
-def _explicit_mask(module, query, key, mask, is_causal):
+def _explicit_mask(query, key, mask, is_causal):
     """The mask with the causal case made explicit (top-left aligned, like SDPA's ``is_causal``)."""
     if mask is not None or not is_causal or query.shape[2] == 1:
         return mask
@@ -67,10 +67,11 @@ def _compute_row_groups(mask: torch.Tensor, batch: int) -> dict[tuple[int, bool]
     keys, per_key = seen.shape[-1], visible.shape[1] * visible.shape[2]
     prefix_only = seen.sum(-1) == keys - hidden_prefix
     all_visible = visible.flatten(1).sum(-1) == per_key * (keys - hidden_prefix)
+    # Hidden keys after the front (not padding) are kept and masked: dropping only a prefix keeps the
+    # key order, and such a row still matches itself alone.
     groups = defaultdict(list)
-    for row, (drop, only_prefix, full) in enumerate(torch.stack([hidden_prefix, prefix_only, all_visible], 1).tolist()):
-        # Hidden keys after the front (not padding) are kept and masked: dropping only a prefix keeps
-        # the key order, and such a row still matches itself alone.
+    per_row = torch.stack([hidden_prefix, prefix_only, all_visible], 1).tolist()
+    for row, (drop, only_prefix, full) in enumerate(per_row):
         groups[(drop, not (full and only_prefix))].append(row)
     return dict(groups)
 
@@ -81,16 +82,22 @@ def _sdpa(query, key, value, mask, scaling):
             return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
     # The CPU kernel splits work across threads by batch x heads (and splits the KV range for a single
     # query), so each row gets its own call there.
-    return torch.cat([F.scaled_dot_product_attention(query[b:b + 1], key[b:b + 1], value[b:b + 1], scale=scaling,
-                                                     attn_mask=None if mask is None else mask[b:b + 1] if mask.shape[0] > 1 else mask)
+    def row_mask(b):
+        return mask if mask is None or mask.shape[0] == 1 else mask[b:b + 1]
+
+    return torch.cat([F.scaled_dot_product_attention(query[b:b + 1], key[b:b + 1], value[b:b + 1],
+                                                     attn_mask=row_mask(b), scale=scaling)
                       for b in range(query.shape[0])])
 
 
-def invariant_attention_forward(module, query, key, value, attention_mask, scaling=None, is_causal=None, **kwargs):
+def invariant_attention_forward(module, query, key, value, attention_mask, scaling=None, is_causal=None, dropout=0.0,
+                                **kwargs):
+    if dropout or kwargs.get("softcap") is not None:
+        raise ValueError("canvaslab's invariant attention is for inference: no dropout, no softcap")
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     groups_of_kv = getattr(module, "num_key_value_groups", 1)
     key, value = repeat_kv(key, groups_of_kv), repeat_kv(value, groups_of_kv)
-    mask = _explicit_mask(module, query, key, attention_mask, is_causal)
+    mask = _explicit_mask(query, key, attention_mask, is_causal)
     batch = query.shape[0]
     # A causal mask made here hides no padding: every row keeps every key, nothing to look up.
     groups = _row_groups(mask, batch) if mask is attention_mask else {(0, True): list(range(batch))}

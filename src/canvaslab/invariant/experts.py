@@ -30,7 +30,8 @@ def _per_expert_on_cpu(self, routed: torch.Tensor, counts: torch.Tensor) -> torc
     for expert, count in enumerate(counts.tolist()):
         if count:
             chunk = routed[start:start + count]
-            outputs.append(F.linear(self._apply_gate(F.linear(chunk, self.gate_up_proj[expert])), self.down_proj[expert]))
+            gated = self._apply_gate(F.linear(chunk, self.gate_up_proj[expert]))
+            outputs.append(F.linear(gated, self.down_proj[expert]))
             start += count
     return torch.cat(outputs)
 

@@ -157,7 +157,8 @@ def _restore_dims(out: torch.Tensor, dims: list[int], keepdim: bool) -> torch.Te
 
 
 def _reduce(x: torch.Tensor, dims, keepdim: bool, kind: str, out_dtype: torch.dtype) -> torch.Tensor:
-    if x.dim() and x.numel() and dims is not None and len(dims) == 1 and dims[0] in (-1, x.dim() - 1):  # the usual case
+    last_dim_only = dims is not None and len(dims) == 1 and dims[0] in (-1, x.dim() - 1)
+    if x.dim() and x.numel() and last_dim_only:  # the usual case, kept short
         return _triton().row_reduce(x, kind, out_dtype, keepdim)
     rows, dims = _reduced_last(x, dims)
     if rows.numel() == 0 or rows.shape[-1] == 0:
