@@ -31,3 +31,16 @@ def test_stock_mode_is_the_negative_control(tiny):
     settings = BatchStudySettings(batch_sizes=[1, 2, 8], mode="stock", generation={"max_denoising_steps": 2})
     summary = run_batch_study(tiny, builtin_prompts(1), settings)["summary"]
     assert summary["diverged"] == 2 and summary["passes_matching"] < summary["passes_total"]
+
+
+def test_invariant_mode_refuses_the_compiled_generate_path(tiny, monkeypatch):
+    from canvaslab.errors import CanvaslabError
+    from canvaslab.invariant import generation_mode
+
+    monkeypatch.setattr(tiny.model.generation_config, "cache_implementation", "static")
+    with pytest.raises(CanvaslabError, match="compiled"):
+        with generation_mode(tiny.model, "invariant"):
+            pass
+    monkeypatch.setattr(tiny.model.generation_config, "disable_compile", True, raising=False)
+    with generation_mode(tiny.model, "invariant"):  # compile disabled: the eager path, which the mode covers
+        pass

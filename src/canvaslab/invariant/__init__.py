@@ -22,6 +22,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.invariant import attention, experts
 from canvaslab.invariant.ops import REPLACED_OPS, BatchInvariantMode, library_overrides
 from canvaslab.invariant.rowwise import rowwise
+from canvaslab.models.loading import compiles_generate
 
 MODES = ("stock", "rowwise", "invariant")
 
@@ -71,6 +72,11 @@ def _implementations(model, name: str):
 def generation_mode(model, mode: str):
     if mode not in MODES:
         raise CanvaslabError(f"--mode {mode!r} is not one of: {', '.join(MODES)}")
+    if mode == "invariant" and compiles_generate(model):
+        raise CanvaslabError(
+            "--mode invariant cannot run transformers' compiled generate path (generation_config."
+            f"cache_implementation={model.generation_config.cache_implementation!r}): compiled kernels would replace "
+            "the batch-invariant ones; set cache_implementation=None (dynamic cache) or disable_compile=True")
     if mode == "stock":
         yield
     elif mode == "rowwise":

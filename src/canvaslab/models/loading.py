@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
+from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset
@@ -39,6 +40,14 @@ class LoadedModel:
     @property
     def vocab_size(self) -> int:
         return self.model.config.text_config.vocab_size
+
+
+def compiles_generate(model) -> bool:
+    """Whether transformers' generate takes its compiled path for this model (a static cache with compile
+    not disabled). There the sampler's ``accept_canvas`` is a compiled copy cached on the model: wrappers
+    around it are bypassed, and compiled kernels replace the aten ops a mode overrides."""
+    config = model.generation_config
+    return config.cache_implementation in ALL_STATIC_CACHE_IMPLEMENTATIONS and not getattr(config, "disable_compile", False)
 
 
 def resolve_device(device: str) -> torch.device:

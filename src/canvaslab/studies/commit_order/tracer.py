@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation.runner import RowResult
+from canvaslab.models.loading import compiles_generate
 from canvaslab.studies.commit_order.probes import Probe, score
 from canvaslab.studies.commit_order.trace import AcceptCall, GenerationTrace
 
@@ -50,12 +50,10 @@ def generation_id(probe_id: str, seed: int) -> str:
 
 def ensure_traceable(model) -> None:
     """Refuse a model whose generate would run the compiled sampler the tracer cannot see."""
-    config = model.generation_config
-    compiled = not getattr(config, "disable_compile", False)
-    if config.cache_implementation in ALL_STATIC_CACHE_IMPLEMENTATIONS and compiled:
+    if compiles_generate(model):
         raise CanvaslabError(
             f"cannot trace a model whose generation_config.cache_implementation is "
-            f"{config.cache_implementation!r}: on that path transformers replaces the sampler's accept_canvas with "
+            f"{model.generation_config.cache_implementation!r}: on that path transformers replaces the sampler's accept_canvas with "
             "a compiled copy cached on the model, which the commit-order tracer cannot observe; set "
             "cache_implementation=None (dynamic cache) or disable_compile=True"
         )
