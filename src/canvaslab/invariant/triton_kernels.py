@@ -14,7 +14,7 @@
 Row counts are marked ``do_not_specialize``: Triton would otherwise compile a separate kernel for
 M == 1 or M divisible by 16, and a row's arithmetic must come from one compiled kernel at every batch.
 
-Both run under ``TRITON_INTERPRET=1`` on the CPU, which is how the tests check their logic without a GPU.
+All three run under ``TRITON_INTERPRET=1`` on the CPU, which is how the tests check their logic without a GPU.
 """
 
 from __future__ import annotations
