@@ -44,3 +44,19 @@ def test_invariant_mode_refuses_the_compiled_generate_path(tiny, monkeypatch):
     monkeypatch.setattr(tiny.model.generation_config, "disable_compile", True, raising=False)
     with generation_mode(tiny.model, "invariant"):  # compile disabled: the eager path, which the mode covers
         pass
+
+
+@pytest.mark.parametrize("mode", ["invariant", "stock"])
+def test_without_the_copied_prompt_cache_the_padded_prompt_pass_is_left_out(tiny, mode):
+    """The whole prompt is encoded in the batch: row 0's padded prompt pass has another shape and is not
+    compared, every later pass is; invariant must match them all, stock must still diverge."""
+    settings = BatchStudySettings(batch_sizes=[1, 2, 3, 8], fill="mixed", copy_prompt_cache=False, mode=mode,
+                                  generation={"max_denoising_steps": 2})
+    result = run_batch_study(tiny, builtin_prompts(1), settings)
+    summary = result["summary"]
+    assert all(run["row0_left_padded"] and run["passes_not_compared"] == ["canvas 0 encoder"] for run in result["runs"])
+    if mode == "invariant":
+        assert summary["diverged"] == 0 and summary["passes_matching"] == summary["passes_total"] == 6
+        assert summary["equivalence_classes"] == [[1, 2, 3, 8]]
+    else:
+        assert summary["diverged"] == 3 and summary["passes_matching"] < summary["passes_total"]

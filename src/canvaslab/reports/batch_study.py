@@ -58,4 +58,8 @@ def batch_study_table(result: dict[str, Any]) -> Table:
         f"{summary['passes_total']}; {summary['bytes_compared']:,} bytes compared; batch sizes that agree: "
         f"{summary['equivalence_classes']}; repeat B=1 identical: {summary['repeat_control_identical']}"
     )
+    skipped = sorted({label for run in result["runs"] for label in run.get("passes_not_compared", [])})
+    if skipped:
+        table.caption += (f"; not compared: {', '.join(skipped)} (the prompt, padded to the longest one, has another "
+                          "shape than at B=1; later passes read it through the KV cache)")
     return table

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from canvaslab.capture import Capture, Recorder, compare_captures, detail
+from canvaslab.capture.recorder import PassKey
 from canvaslab.environment import environment_fingerprint
 from canvaslab.generation import generate
 from canvaslab.invariant import replaced_ops
@@ -38,13 +40,14 @@ class BatchStudySettings:
     record_ops: bool = True
 
 
-def capture_signature(capture: Capture, reference: Capture | None = None) -> str:
+def capture_signature(capture: Capture, reference: Capture | None = None, skip: Collection[PassKey] = ()) -> str:
     """A hash of row 0's recorded outputs, over the reference's calls: equal signatures mean identical runs.
 
-    Calls only a batched run makes (e.g. attention once per sequence in invariant mode) are not row 0's.
+    Calls only a batched run makes (e.g. attention once per sequence in invariant mode) are not row 0's;
+    passes in ``skip`` are left out, as in the comparison.
     """
     outputs = {record.key: record.output for record in capture.records}
-    keys = [record.key for record in (reference or capture).records]
+    keys = [record.key for record in (reference or capture).records if record.pass_key not in skip]
     material = ",".join(f"{key[1]}@{key[2]}={outputs.get(key)}" for key in keys)
     return hashlib.blake2b(material.encode(), digest_size=12).hexdigest()
 
@@ -88,17 +91,28 @@ def _first_divergence(comparison, details) -> dict[str, Any] | None:
             **({k: details["first"].get(k) for k in ("fraction_changed", "max_abs_diff")} if details else {})}
 
 
+# Without the copied B=1 prompt cache, the whole prompt is encoded in this pass, and with --fill mixed row 0
+# is left-padded to the batch's longest prompt there: another shape than at B=1, not comparable byte for
+# byte. Every later pass reads its keys and values from the KV cache, and those passes are compared.
+PADDED_PROMPT_PASS = PassKey(canvas=0, phase="encoder", step=0)
+
+
+def passes_not_compared(settings: BatchStudySettings) -> set[PassKey]:
+    """Passes left out of every comparison and signature of a study (the same for all its runs)."""
+    return {PADDED_PROMPT_PASS} if settings.fill == "mixed" and not settings.copy_prompt_cache else set()
+
+
 def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_size: int, fill: str,
-                mode: str = "stock") -> dict[str, Any]:
+                mode: str = "stock", skip: Collection[PassKey] = ()) -> dict[str, Any]:
     """One run: row 0 of ``rows`` against the B=1 reference, with element-level details if it diverged."""
     ref_capture, ref_row = reference
     capture, row = run(rows)
-    comparison = compare_captures(ref_capture, capture)
+    padded = len(rows[0]) < max(len(r) for r in rows)
+    comparison = compare_captures(ref_capture, capture, skip)
     details = None
     if comparison.first is not None:
         targets = comparison.detail_targets(ref_capture)
         details = detail(comparison, run([rows[0]], keep=targets)[0], run(rows, keep=targets)[0])
-    padded = len(rows[0]) < max(len(r) for r in rows)
     # Invariant mode removes padding's effect (per-row positions, padded keys dropped): no semantic cause.
     origin = PADDING_ORIGIN if padded and comparison.diverged and mode != "invariant" else comparison.origin
     return {
@@ -120,7 +134,8 @@ def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_siz
         "bytes_compared": comparison.bytes_compared,
         "structure_changed": comparison.structure_changed,
         "row0_left_padded": padded,
-        "signature": capture_signature(capture, ref_capture),
+        "passes_not_compared": [key.label() for key in skip],
+        "signature": capture_signature(capture, ref_capture, skip),
         "reference": _row_summary(ref_row),
         "run": _row_summary(row),
     }
@@ -163,6 +178,7 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
     repeat_identical = partial.get("repeat_control_identical")
     done = {(r["prompt_id"], r["batch_size"]) for r in runs}
     run = _Runner(loaded, settings)
+    skip = passes_not_compared(settings)
     encoded = [loaded.tokenizer(p.text)["input_ids"] for p in prompts]
     # --fill mixed: the other study prompts first, then built-in prompts, so one prompt can be studied too
     fillers = [loaded.tokenizer(text)["input_ids"] for text in BUILTIN_PROMPTS if text not in {p.text for p in prompts}]
@@ -173,15 +189,15 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
             continue
         notify(f"{prompt.prompt_id}: B=1 reference")
         reference = run([ids])
-        signatures.setdefault(prompt.prompt_id, {})["1"] = capture_signature(reference[0])
+        signatures.setdefault(prompt.prompt_id, {})["1"] = capture_signature(reference[0], skip=skip)
         if repeat_identical is None:
             notify(f"{prompt.prompt_id}: B=1 repeat control")
-            repeat_identical = capture_signature(run([ids])[0]) == signatures[prompt.prompt_id]["1"]
+            repeat_identical = capture_signature(run([ids])[0], skip=skip) == signatures[prompt.prompt_id]["1"]
         others = encoded[:index] + encoded[index + 1:] + fillers
         for batch_size in todo:
             notify(f"{prompt.prompt_id}: B={batch_size}")
             rows = batch_rows(ids, others, batch_size, settings.fill)
-            result = compare_run(run, prompt, rows, reference, batch_size, settings.fill, settings.mode)
+            result = compare_run(run, prompt, rows, reference, batch_size, settings.fill, settings.mode, skip)
             runs.append(result)
             signatures[prompt.prompt_id][str(batch_size)] = result["signature"]
             if out_dir is not None:
