@@ -47,7 +47,8 @@ def compiles_generate(model) -> bool:
     not disabled). There the sampler's ``accept_canvas`` is a compiled copy cached on the model: wrappers
     around it are bypassed, and compiled kernels replace the aten ops a mode overrides."""
     config = model.generation_config
-    return config.cache_implementation in ALL_STATIC_CACHE_IMPLEMENTATIONS and not getattr(config, "disable_compile", False)
+    static = config.cache_implementation in ALL_STATIC_CACHE_IMPLEMENTATIONS
+    return static and not getattr(config, "disable_compile", False)
 
 
 def resolve_device(device: str) -> torch.device:
