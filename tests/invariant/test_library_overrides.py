@@ -3,7 +3,7 @@
 ``library_overrides("CPU")`` registers the very kernels the GPU gets, at the CPU dispatch key, and
 Triton's interpreter runs them. Checked: every override handles every case of its op (any reduced dims,
 keepdim, integer sums, empty inputs) close to the stock op and row-invariantly; the stock kernels come
-back on exit; and a whole generation under the overrides matches B=1 byte for byte.
+back on exit; and a whole generation under the overrides and the fused RMSNorms matches B=1 byte for byte.
 Tolerances against stock: float32, rtol 1e-5 / atol 1e-5 (fp32 accumulation in another order).
 """
 
@@ -88,6 +88,7 @@ def test_generation_under_the_overrides_matches_b1(tiny, monkeypatch):
     from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
 
     monkeypatch.setattr(invariant, "batch_invariant", lambda device=None: ops.library_overrides("CPU"))
+    monkeypatch.setattr(invariant, "fuses_norms", lambda model: True)  # the fused RMSNorm kernel too, as on CUDA
     settings = BatchStudySettings(batch_sizes=[1, 2, 3], fill="mixed", mode="invariant",
                                   generation={"max_denoising_steps": 1})
     summary = run_batch_study(tiny, builtin_prompts(2), settings)["summary"]

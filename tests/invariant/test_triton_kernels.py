@@ -110,3 +110,40 @@ def test_invariant_experts_grouped_path_matches_per_expert_path():
         grouped = invariant_experts._grouped_on_cuda(module, x, counts)
         per_expert = invariant_experts._per_expert_on_cpu(module, x, counts)
     assert ((grouped - per_expert).norm() / per_expert.norm()).item() < 1e-6  # fp32, other summation order
+
+
+@settings(max_examples=6, deadline=None)
+@given(rows=st.integers(1, 9), d=st.sampled_from([1, 16, 100, 256, 2816, 5000]), with_scale=st.booleans(),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 99))
+def test_fused_rms_norm_matches_the_model_norm_and_row_equals_one_row_result(rows, d, with_scale, dtype, seed):
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaRMSNorm
+
+    gen = torch.Generator().manual_seed(seed)
+    norm = DiffusionGemmaRMSNorm(d, eps=1e-6, with_scale=with_scale)
+    if with_scale:
+        with torch.no_grad():
+            norm.weight.normal_(generator=gen)
+    norm.to(DEVICE)
+    x = (torch.randn(rows, 3, d, generator=gen) * 3).to(DEVICE, dtype)
+    weight = norm.weight if with_scale else None
+    full = triton_kernels.rms_norm(x, weight, norm.eps)
+    assert full.dtype == dtype and full.shape == x.shape
+    assert torch.equal(full[-1], triton_kernels.rms_norm(x[-1:], weight, norm.eps)[0])
+    tolerance = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2}[dtype]  # bf16: one rounding step apart at most
+    with torch.no_grad():
+        torch.testing.assert_close(full.float(), norm(x).float(), rtol=tolerance, atol=tolerance)
+
+
+def test_fused_rms_norms_swap_every_norm_and_restore_them(tiny):
+    from canvaslab.invariant.norms import fused_rms_norms
+
+    norms = [m for m in tiny.model.modules() if type(m).__name__ == "DiffusionGemmaRMSNorm"]
+    x = torch.randn(2, 5, tiny.model.config.text_config.hidden_size)
+    norm = next(m for m in norms if m.with_scale and m.weight.shape[0] == x.shape[-1])
+    stock = norm(x)
+    with fused_rms_norms(tiny.model):
+        assert len(norms) > 10 and all("forward" in vars(m) for m in norms)
+        fused = norm(x)
+    assert not any("forward" in vars(m) for m in norms)
+    assert torch.equal(norm(x), stock)
+    torch.testing.assert_close(fused, stock, rtol=1e-5, atol=1e-5)

@@ -8,7 +8,8 @@
   and linear layers, softmax / log-softmax / logsumexp (entropy), sums and means (RMSNorm), top-k and
   sort (``canvaslab.invariant.ops``: torch.library overrides on CUDA, a dispatch mode on the CPU);
   attention with no batch-dependent KV split and padding dropped (``AttentionInterface``); experts
-  with a stable routing sort, a grouped kernel and a fixed-order combine (``ExpertsInterface``).
+  with a stable routing sort, a grouped kernel and a fixed-order combine (``ExpertsInterface``); on
+  CUDA each RMSNorm as one fused launch (``canvaslab.invariant.norms``).
   Sampling is made per-row by the runner's per-row random streams (``--rng row``).
 
 ``batch_invariant()`` is the op-level switch alone, usable around any PyTorch code.
@@ -20,6 +21,7 @@ import contextlib
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.invariant import attention, experts
+from canvaslab.invariant.norms import fused_rms_norms
 from canvaslab.invariant.ops import REPLACED_OPS, BatchInvariantMode, library_overrides
 from canvaslab.invariant.rowwise import rowwise
 from canvaslab.models.loading import compiles_generate
@@ -32,7 +34,8 @@ def replaced_ops(mode: str) -> list[str]:
     if mode == "rowwise":
         return ["decoder router.proj (per sequence)", "self-conditioning matmul (per row)"]
     if mode == "invariant":
-        return [*REPLACED_OPS, f"attention: {attention.NAME}", f"experts: {experts.NAME}", "sampling: per-row streams"]
+        return [*REPLACED_OPS, f"attention: {attention.NAME}", f"experts: {experts.NAME}",
+                "RMSNorm: one fused kernel (CUDA)", "sampling: per-row streams"]
     return []
 
 
@@ -85,8 +88,15 @@ def generation_mode(model, mode: str):
     else:
         attention.register()
         experts.register()
-        with _implementations(model, attention.NAME), batch_invariant(model.device.type):
+        fused = fused_rms_norms(model) if fuses_norms(model) else contextlib.nullcontext()
+        with _implementations(model, attention.NAME), batch_invariant(model.device.type), fused:
             yield
+
+
+def fuses_norms(model) -> bool:
+    """Whether invariant mode runs the model's RMSNorms as fused Triton launches (on CUDA; the CPU path
+    computes them with stock kernels at batch-independent shapes)."""
+    return model.device.type == "cuda"
 
 
 __all__ = ["MODES", "batch_invariant", "generation_mode", "replaced_ops"]

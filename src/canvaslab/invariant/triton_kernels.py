@@ -10,11 +10,13 @@
   does not depend on how many other rows the batch sends to its expert, nor where in a tile it lands.
 - ``row_reduce``: a fixed number of rows per program over the last dimension, fixed block width, both
   chosen from the row length alone, fp32 accumulation: logsumexp, softmax, log_softmax, sum and mean.
+- ``rms_norm``: the model's RMSNorm in one launch with the same row plan (stock is ~8 launches, one of
+  them the mean; at B=1 the host's launch cost, not the GPU, sets the pace).
 
 Row counts are marked ``do_not_specialize``: Triton would otherwise compile a separate kernel for
 M == 1 or M divisible by 16, and a row's arithmetic must come from one compiled kernel at every batch.
 
-All three run under ``TRITON_INTERPRET=1`` on the CPU, which is how the tests check their logic without a GPU.
+All four run under ``TRITON_INTERPRET=1`` on the CPU, which is how the tests check their logic without a GPU.
 """
 
 from __future__ import annotations
@@ -250,4 +252,42 @@ def row_reduce(x: torch.Tensor, kind: str, out_dtype: torch.dtype, keepdim: bool
     _row_kernel[(triton.cdiv(rows, per_program),)](
         x, out, rows, d, d, d if elementwise else 1,
         KIND=REDUCTIONS[kind], ROWS=per_program, BLOCK=block, N_BLOCKS=triton.cdiv(d, block))
+    return out
+
+
+@triton.jit(do_not_specialize=["R"])
+def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, R, D, s_x, s_o, eps, HAS_WEIGHT: tl.constexpr, ROWS: tl.constexpr,
+                     BLOCK: tl.constexpr, N_BLOCKS: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_mask = rows < R
+    x_rows = x_ptr + rows[:, None].to(tl.int64) * s_x
+    out_rows = out_ptr + rows[:, None].to(tl.int64) * s_o
+    offs = tl.arange(0, BLOCK)
+    squares = tl.zeros((ROWS, BLOCK), dtype=tl.float32)
+    for i in range(0, N_BLOCKS):
+        cols = i * BLOCK + offs
+        x = tl.load(x_rows + cols[None, :], mask=row_mask[:, None] & (cols[None, :] < D), other=0.0).to(tl.float32)
+        squares += x * x
+    scale = 1.0 / tl.sqrt_rn(tl.sum(squares, axis=1) / D + eps)  # torch.pow(mean + eps, -0.5), as stock
+    for i in range(0, N_BLOCKS):
+        cols = i * BLOCK + offs
+        mask = row_mask[:, None] & (cols[None, :] < D)
+        y = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32) * scale[:, None]
+        if HAS_WEIGHT:
+            y = y * tl.load(w_ptr + cols, mask=cols < D, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_rows + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """``x * (mean(x**2, -1) + eps) ** -0.5 * weight`` in fp32, returned in ``x``'s dtype (DiffusionGemma's
+    RMSNorm); each row reduced by the ``row_reduce`` plan, so its result does not depend on the batch."""
+    d = x.shape[-1]
+    if not x.is_contiguous():
+        x = x.contiguous()
+    rows = x.numel() // d
+    out = torch.empty_like(x)
+    per_program, block = row_shape(d)
+    _rms_norm_kernel[(triton.cdiv(rows, per_program),)](
+        x, weight if weight is not None else x, out, rows, d, d, d, eps,
+        HAS_WEIGHT=weight is not None, ROWS=per_program, BLOCK=block, N_BLOCKS=triton.cdiv(d, block))
     return out
