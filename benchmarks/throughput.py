@@ -9,6 +9,7 @@ at ``--steps`` passes; ``pass_vs_stock`` one denoising pass (calls at two step c
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from canvaslab.environment import environment_fingerprint
@@ -21,25 +22,44 @@ from tracer_overhead import timed_generate  # benchmarks/ (the script's own fold
 def step_throughput(loaded, mode: str, batch: int, steps: int = 4, repeats: int = 3) -> dict:
     """Denoising-step throughput: generate timed at ``steps`` and at ``2 * steps`` denoising passes.
 
-    With random weights the confidence criterion is never met, so every call runs all its passes; the
-    difference of the two medians divided by ``steps`` is the time of one pass, free of what a generate
-    call costs once (prompt encoding, set-up). Whole-call throughput at ``steps`` is reported as well
+    The difference of the two medians divided by the difference in decoder passes (counted, and required
+    to be the same in every call: random weights never meet the confidence criterion, so none stops early)
+    is the time of one pass, free of what a generate call costs once (prompt encoding, set-up). Whole-call throughput at ``steps`` is reported as well
     (``canvas_tokens_per_s``, ``ms_per_row_step``: the fields earlier result files carry).
     """
     prompt = loaded.tokenizer("the man said that the water in the river was cold")["input_ids"]
 
-    def median_seconds(passes: int) -> tuple[float, list[float]]:
-        times = [timed_generate(loaded, [prompt] * batch, {"max_denoising_steps": passes}, [], seed=attempt, mode=mode)
-                 for attempt in range(repeats + 1)]  # the first is a warm-up
-        return sorted(times[1:])[repeats // 2], times
+    def median_seconds(passes: int) -> tuple[float, list[float], list[int]]:
+        times, passes_run = [], []
+        for attempt in range(repeats + 1):  # the first is a warm-up
+            with decoder_passes(loaded.model) as counter:
+                times.append(timed_generate(loaded, [prompt] * batch, {"max_denoising_steps": passes}, [],
+                                            seed=attempt, mode=mode))
+            passes_run.append(counter[0])
+        return sorted(times[1:])[repeats // 2], times, passes_run
 
-    short, short_times = median_seconds(steps)
-    long, long_times = median_seconds(2 * steps)
-    per_pass = max(long - short, 1e-9) / steps
-    return {"mode": mode, "batch": batch, "steps": steps, "seconds": short, "all_seconds": short_times,
-            "canvas_tokens_per_s": batch * 256 * steps / short, "ms_per_row_step": 1000 * short / (batch * steps),
+    short, short_times, short_passes = median_seconds(steps)
+    long, long_times, long_passes = median_seconds(2 * steps)
+    if len(set(short_passes)) > 1 or len(set(long_passes)) > 1 or long_passes[0] <= short_passes[0]:
+        raise RuntimeError(f"generate stopped early ({short_passes} and {long_passes} decoder passes): "
+                           "the per-pass difference would not be one pass; time with fewer steps")
+    per_pass = (long - short) / (long_passes[0] - short_passes[0])
+    return {"mode": mode, "batch": batch, "steps": steps, "decoder_passes": short_passes[0], "seconds": short,
+            "all_seconds": short_times, "canvas_tokens_per_s": batch * 256 * steps / short,
+            "ms_per_row_step": 1000 * short / (batch * steps), "decoder_passes_at_double_steps": long_passes[0],
             "seconds_at_double_steps": long, "all_seconds_at_double_steps": long_times,
             "pass_canvas_tokens_per_s": batch * 256 / per_pass, "pass_ms_per_row_step": 1000 * per_pass / batch}
+
+
+@contextlib.contextmanager
+def decoder_passes(model):
+    """Counts the decoder's forward calls in the block: the denoising passes generate actually ran."""
+    counter = [0]
+    handle = model.model.decoder.register_forward_hook(lambda *_: counter.__setitem__(0, counter[0] + 1))
+    try:
+        yield counter
+    finally:
+        handle.remove()
 
 
 def main() -> None:

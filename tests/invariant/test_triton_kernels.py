@@ -134,14 +134,16 @@ def test_fused_rms_norm_matches_the_model_norm_and_row_equals_one_row_result(row
         torch.testing.assert_close(full.float(), norm(x).float(), rtol=tolerance, atol=tolerance)
 
 
-def test_fused_rms_norms_swap_every_norm_and_restore_them(tiny):
+def test_fused_rms_norms_swap_every_norm_and_restore_them():
     from canvaslab.invariant.norms import fused_rms_norms
+    from canvaslab.models import load_model
 
-    norms = [m for m in tiny.model.modules() if type(m).__name__ == "DiffusionGemmaRMSNorm"]
-    x = torch.randn(2, 5, tiny.model.config.text_config.hidden_size)
+    model = load_model("tiny", device=DEVICE).model
+    norms = [m for m in model.modules() if type(m).__name__ == "DiffusionGemmaRMSNorm"]
+    x = torch.randn(2, 5, model.config.text_config.hidden_size, device=DEVICE)
     norm = next(m for m in norms if m.with_scale and m.weight.shape[0] == x.shape[-1])
     stock = norm(x)
-    with fused_rms_norms(tiny.model):
+    with fused_rms_norms(model):
         assert len(norms) > 10 and all("forward" in vars(m) for m in norms)
         fused = norm(x)
     assert not any("forward" in vars(m) for m in norms)
