@@ -25,7 +25,7 @@ from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
 from canvaslab.prompts import builtin_prompts
 from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
-from throughput import step_throughput  # benchmarks/throughput.py (the script's own folder is on sys.path)
+from throughput import batch_throughput  # benchmarks/throughput.py (the script's own folder is on sys.path)
 
 
 def main() -> None:
@@ -54,8 +54,8 @@ def main() -> None:
             proof[fill] = run_batch_study(loaded, builtin_prompts(2)[:1] if fill == "copies" else builtin_prompts(1),
                                           settings)["summary"]
             print(fill, json.dumps(proof[fill]), flush=True)
-        speed = [step_throughput(loaded, mode, batch) for batch in (1, 8) for mode in ("stock", "rowwise", "invariant")
-                 if left() > 30]
+        speed = [row for batch in (1, 8) if left() > 60
+                 for row in batch_throughput(loaded, ["stock", "rowwise", "invariant"], batch, steps=4, repeats=3)]
         for row in speed:
             print(json.dumps(row), flush=True)
         write_json_atomic(args.out / "invariant_smoke.json", {

@@ -2,6 +2,9 @@
 invariant >= 0.9 x stock at B >= 8 and >= 0.7 x stock at B = 1. ``vs_stock`` compares whole generate calls
 at ``--steps`` passes; ``pass_vs_stock`` one denoising pass (calls at two step counts, differenced).
 
+The modes are timed in alternation (one call of each in turn, ``--repeats`` rounds after a warm-up
+round), so drift in clocks or in the host's load hits every mode alike; medians are reported.
+
     python benchmarks/throughput.py --model real-shapes --layers 6 --device cuda \\
         --batch-sizes 1,4,8,16,32,64 --modes stock,rowwise,invariant --out benchmarks/results/h200_throughput.json
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 from pathlib import Path
 
 from canvaslab.environment import environment_fingerprint
@@ -17,38 +21,6 @@ from canvaslab.invariant import replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
 from tracer_overhead import timed_generate  # benchmarks/ (the script's own folder is on sys.path)
-
-
-def step_throughput(loaded, mode: str, batch: int, steps: int = 4, repeats: int = 3) -> dict:
-    """Denoising-step throughput: generate timed at ``steps`` and at ``2 * steps`` denoising passes.
-
-    The difference of the two medians divided by the difference in decoder passes (counted, and required
-    to be the same in every call: random weights never meet the confidence criterion, so none stops early)
-    is the time of one pass, free of what a generate call costs once (prompt encoding, set-up). Whole-call throughput at ``steps`` is reported as well
-    (``canvas_tokens_per_s``, ``ms_per_row_step``: the fields earlier result files carry).
-    """
-    prompt = loaded.tokenizer("the man said that the water in the river was cold")["input_ids"]
-
-    def median_seconds(passes: int) -> tuple[float, list[float], list[int]]:
-        times, passes_run = [], []
-        for attempt in range(repeats + 1):  # the first is a warm-up
-            with decoder_passes(loaded.model) as counter:
-                times.append(timed_generate(loaded, [prompt] * batch, {"max_denoising_steps": passes}, [],
-                                            seed=attempt, mode=mode))
-            passes_run.append(counter[0])
-        return sorted(times[1:])[repeats // 2], times, passes_run
-
-    short, short_times, short_passes = median_seconds(steps)
-    long, long_times, long_passes = median_seconds(2 * steps)
-    if len(set(short_passes)) > 1 or len(set(long_passes)) > 1 or long_passes[0] <= short_passes[0]:
-        raise RuntimeError(f"generate stopped early ({short_passes} and {long_passes} decoder passes): "
-                           "the per-pass difference would not be one pass; time with fewer steps")
-    per_pass = (long - short) / (long_passes[0] - short_passes[0])
-    return {"mode": mode, "batch": batch, "steps": steps, "decoder_passes": short_passes[0], "seconds": short,
-            "all_seconds": short_times, "canvas_tokens_per_s": batch * 256 * steps / short,
-            "ms_per_row_step": 1000 * short / (batch * steps), "decoder_passes_at_double_steps": long_passes[0],
-            "seconds_at_double_steps": long, "all_seconds_at_double_steps": long_times,
-            "pass_canvas_tokens_per_s": batch * 256 / per_pass, "pass_ms_per_row_step": 1000 * per_pass / batch}
 
 
 @contextlib.contextmanager
@@ -62,25 +34,39 @@ def decoder_passes(model):
         handle.remove()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--layers", type=int, default=None)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--batch-sizes", default="1,4,8")
-    parser.add_argument("--modes", default="stock,rowwise,invariant")
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    loaded = load_model(args.model, device=args.device, layers=args.layers)
-    environment = environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
-                                          replaced_ops={m: replaced_ops(m) for m in args.modes.split(",")})
+def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: int) -> list[dict]:
+    """Every mode at one batch size: generate timed at ``steps`` and ``2 * steps`` denoising passes.
+
+    The difference of the two medians divided by the difference in decoder passes (counted, and required
+    to be the same in every call: random weights never meet the confidence criterion, so none stops early)
+    is the time of one pass, free of what a generate call costs once (prompt encoding, set-up).
+    """
+    prompt = loaded.tokenizer("the man said that the water in the river was cold")["input_ids"]
+    seconds = {(mode, passes): [] for mode in modes for passes in (steps, 2 * steps)}
+    passes_run = {key: set() for key in seconds}
+    for attempt in range(repeats + 1):  # round 0 is a warm-up (Triton compiles, caches fill)
+        for mode, passes in seconds:
+            with decoder_passes(loaded.model) as counter:
+                elapsed = timed_generate(loaded, [prompt] * batch, {"max_denoising_steps": passes}, [],
+                                         seed=attempt, mode=mode)
+            passes_run[mode, passes].add(counter[0])
+            if attempt:
+                seconds[mode, passes].append(elapsed)
     rows = []
-    for batch in map(int, args.batch_sizes.split(",")):
-        for mode in args.modes.split(","):
-            rows.append(step_throughput(loaded, mode, batch, args.steps))
-            print({k: v for k, v in rows[-1].items() if k != "all_seconds"}, flush=True)
-            write_json_atomic(args.out, {"environment": environment, "runs": with_ratios(rows)})  # survives a cut-off
+    for mode in modes:
+        (short_passes,), (long_passes,) = passes_run[mode, steps], passes_run[mode, 2 * steps]
+        if long_passes <= short_passes:
+            raise RuntimeError(f"{mode}: generate stopped early ({short_passes} and {long_passes} decoder passes)")
+        short, long = statistics.median(seconds[mode, steps]), statistics.median(seconds[mode, 2 * steps])
+        per_pass = (long - short) / (long_passes - short_passes)
+        rows.append({"mode": mode, "batch": batch, "steps": steps, "decoder_passes": short_passes,
+                     "seconds": short, "all_seconds": seconds[mode, steps],
+                     "canvas_tokens_per_s": batch * 256 * steps / short,
+                     "ms_per_row_step": 1000 * short / (batch * steps),
+                     "decoder_passes_at_double_steps": long_passes, "seconds_at_double_steps": long,
+                     "all_seconds_at_double_steps": seconds[mode, 2 * steps],
+                     "pass_canvas_tokens_per_s": batch * 256 / per_pass, "pass_ms_per_row_step": 1000 * per_pass / batch})
+    return rows
 
 
 def with_ratios(rows: list[dict]) -> list[dict]:
@@ -91,6 +77,30 @@ def with_ratios(rows: list[dict]) -> list[dict]:
 
     return [{**row, "vs_stock": ratio(row, "canvas_tokens_per_s"),
              "pass_vs_stock": ratio(row, "pass_canvas_tokens_per_s")} for row in rows]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch-sizes", default="1,4,8")
+    parser.add_argument("--modes", default="stock,rowwise,invariant")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    loaded = load_model(args.model, device=args.device, layers=args.layers)
+    modes = args.modes.split(",")
+    environment = environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
+                                          replaced_ops={m: replaced_ops(m) for m in modes})
+    rows = []
+    for batch in map(int, args.batch_sizes.split(",")):
+        rows += batch_throughput(loaded, modes, batch, args.steps, args.repeats)
+        for row in with_ratios(rows)[-len(modes):]:
+            print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items() if not k.startswith("all_")},
+                  flush=True)
+        write_json_atomic(args.out, {"environment": environment, "runs": with_ratios(rows)})  # survives a cut-off
 
 
 if __name__ == "__main__":
