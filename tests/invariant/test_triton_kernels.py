@@ -62,6 +62,18 @@ def test_row_reductions_row_equals_one_row_result(rows, d, kind, seed):
     torch.testing.assert_close(full, stock(x), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("d", [300, 20_000])  # a short-row and a long-row plan
+def test_softmax_family_handles_masked_logits_like_stock(d):
+    x = torch.randn(4, d, generator=torch.Generator().manual_seed(5))
+    x[0, ::3] = float("-inf")  # masked tokens
+    x[1, : d - 1] = float("-inf")  # a single visible token
+    x[2] = float("-inf")  # nothing visible
+    x = x.to(DEVICE)
+    for kind, stock in (("logsumexp", x.logsumexp(-1)), ("softmax", x.softmax(-1)), ("log_softmax", x.log_softmax(-1))):
+        torch.testing.assert_close(triton_kernels.row_reduce(x, kind, torch.float32), stock, rtol=1e-5, atol=1e-5,
+                                   equal_nan=True)
+
+
 def _routed(tokens, experts, top_k, hidden, seed):
     gen = torch.Generator().manual_seed(seed)
     choice = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])

@@ -9,7 +9,8 @@
   sync), and reduces the whole K range in order with the same fixed tiles, so a routed row's result
   does not depend on how many other rows the batch sends to its expert, nor where in a tile it lands.
 - ``row_reduce``: a fixed number of rows per program over the last dimension, fixed block width, both
-  chosen from the row length alone, fp32 accumulation: logsumexp, softmax, log_softmax, sum and mean.
+  chosen from the row length alone, fp32 accumulation: logsumexp, softmax, log_softmax, sum and mean
+  (the softmax family finds a row's max and sum of exponentials in one online pass).
 - ``rms_norm``: the model's RMSNorm in one launch with the same row plan (stock is ~8 launches, one of
   them the mean; at B=1 the host's launch cost, not the GPU, sets the pace).
 
@@ -203,18 +204,20 @@ def _row_kernel(x_ptr, out_ptr, R, D, s_x, s_o, KIND: tl.constexpr, ROWS: tl.con
         if KIND == 4:
             total = total / D
         tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_mask)
-    else:
+    else:  # one online pass for the row's max and sum of exponentials, lane by lane, then across lanes
         peak = tl.full((ROWS, BLOCK), float("-inf"), dtype=tl.float32)
-        for i in range(0, N_BLOCKS):
-            cols = i * BLOCK + offs
-            x = tl.load(x_rows + cols[None, :], mask=row_mask[:, None] & (cols[None, :] < D), other=float("-inf"))
-            peak = tl.maximum(peak, x.to(tl.float32))
-        top = tl.max(peak, axis=1)
         acc = tl.zeros((ROWS, BLOCK), dtype=tl.float32)
         for i in range(0, N_BLOCKS):
             cols = i * BLOCK + offs
-            x = tl.load(x_rows + cols[None, :], mask=row_mask[:, None] & (cols[None, :] < D), other=float("-inf"))
-            acc += tl.exp(x.to(tl.float32) - top[:, None])
+            x = tl.load(x_rows + cols[None, :], mask=row_mask[:, None] & (cols[None, :] < D),
+                        other=float("-inf")).to(tl.float32)
+            new_peak = tl.maximum(peak, x)
+            shift = tl.where(new_peak == float("-inf"), 0.0, new_peak)  # a lane with nothing finite yet
+            acc = acc * tl.exp(peak - shift) + tl.exp(x - shift)
+            peak = new_peak
+        top = tl.max(peak, axis=1)
+        top_shift = tl.where(top == float("-inf"), 0.0, top)
+        acc = acc * tl.exp(peak - top_shift[:, None])
         total = tl.sum(acc, axis=1)
         if KIND == 0:
             tl.store(out_ptr + rows, (top + tl.log(total)).to(out_ptr.dtype.element_ty), mask=row_mask)
@@ -232,10 +235,19 @@ def _row_kernel(x_ptr, out_ptr, R, D, s_x, s_o, KIND: tl.constexpr, ROWS: tl.con
                 tl.store(out_rows + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def row_shape(d: int) -> tuple[int, int]:
-    """(rows per program, block width) for rows of length ``d``: a function of ``d`` alone."""
+LONG_ROW = 8192
+
+
+def row_shape(d: int) -> tuple[int, int, int]:
+    """(rows per program, block width, warps) for rows of length ``d``: a function of ``d`` alone.
+
+    Short rows (hidden states, heads, experts) share a program; a long row (the vocabulary: 262,144 at
+    real shapes) gets a program of its own with more warps, so one canvas (256 rows) still fills the GPU.
+    """
+    if d > LONG_ROW:
+        return 1, LONG_ROW, 16
     block = min(4096, triton.next_power_of_2(d))
-    return max(1, min(64, 8192 // block)), block
+    return max(1, min(64, 8192 // block)), block, 4
 
 
 def row_reduce(x: torch.Tensor, kind: str, out_dtype: torch.dtype, keepdim: bool = False) -> torch.Tensor:
@@ -248,10 +260,10 @@ def row_reduce(x: torch.Tensor, kind: str, out_dtype: torch.dtype, keepdim: bool
     elementwise = kind in ("softmax", "log_softmax")
     shape = x.shape if elementwise else (*x.shape[:-1], 1) if keepdim else x.shape[:-1]
     out = torch.empty(shape, device=x.device, dtype=out_dtype)
-    per_program, block = row_shape(d)
+    per_program, block, warps = row_shape(d)
     _row_kernel[(triton.cdiv(rows, per_program),)](
         x, out, rows, d, d, d if elementwise else 1,
-        KIND=REDUCTIONS[kind], ROWS=per_program, BLOCK=block, N_BLOCKS=triton.cdiv(d, block))
+        KIND=REDUCTIONS[kind], ROWS=per_program, BLOCK=block, N_BLOCKS=triton.cdiv(d, block), num_warps=warps)
     return out
 
 
@@ -286,8 +298,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
         x = x.contiguous()
     rows = x.numel() // d
     out = torch.empty_like(x)
-    per_program, block = row_shape(d)
+    per_program, block, warps = row_shape(d)
     _rms_norm_kernel[(triton.cdiv(rows, per_program),)](
         x, weight if weight is not None else x, out, rows, d, d, d, eps,
-        HAS_WEIGHT=weight is not None, ROWS=per_program, BLOCK=block, N_BLOCKS=triton.cdiv(d, block))
+        HAS_WEIGHT=weight is not None, ROWS=per_program, BLOCK=block, N_BLOCKS=triton.cdiv(d, block), num_warps=warps)
     return out
