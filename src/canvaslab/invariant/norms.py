@@ -13,26 +13,23 @@ from __future__ import annotations
 import contextlib
 
 from torch import nn
+from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaRMSNorm
 
 
-def _is_diffusion_gemma_rms_norm(module: nn.Module) -> bool:
-    return type(module).__name__ == "DiffusionGemmaRMSNorm"
-
-
-def _fused_forward(module: nn.Module):
+def _fused_forward(module: DiffusionGemmaRMSNorm):
     from canvaslab.invariant.triton_kernels import rms_norm  # lazily: CPU-only installs need no Triton
 
-    weight = module.weight if module.with_scale else None
+    weight, eps = (module.weight if module.with_scale else None), module.eps  # looked up once, not per call
 
     def forward(hidden_states):
-        return rms_norm(hidden_states, weight, module.eps)
+        return rms_norm(hidden_states, weight, eps)
     return forward
 
 
 @contextlib.contextmanager
 def fused_rms_norms(model: nn.Module):
     """Every DiffusionGemma RMSNorm of ``model`` computed by the fused kernel for the block."""
-    norms = [module for module in model.modules() if _is_diffusion_gemma_rms_norm(module)]
+    norms = [module for module in model.modules() if isinstance(module, DiffusionGemmaRMSNorm)]
     for module in norms:
         module.forward = _fused_forward(module)
     try:
