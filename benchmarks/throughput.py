@@ -54,9 +54,11 @@ def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: 
                 seconds[mode, passes].append(elapsed)
     rows = []
     for mode in modes:
-        (short_passes,), (long_passes,) = passes_run[mode, steps], passes_run[mode, 2 * steps]
-        if long_passes <= short_passes:
-            raise RuntimeError(f"{mode}: generate stopped early ({short_passes} and {long_passes} decoder passes)")
+        counts = passes_run[mode, steps], passes_run[mode, 2 * steps]
+        if any(len(seen) != 1 for seen in counts) or max(counts[1]) <= min(counts[0]):
+            raise RuntimeError(f"{mode}, B={batch}: calls ran {sorted(counts[0])} and {sorted(counts[1])} decoder passes; "
+                               "one pass cannot be differenced out (did generate stop early?)")
+        (short_passes,), (long_passes,) = counts
         short, long = statistics.median(seconds[mode, steps]), statistics.median(seconds[mode, 2 * steps])
         per_pass = (long - short) / (long_passes - short_passes)
         rows.append({"mode": mode, "batch": batch, "steps": steps, "decoder_passes": short_passes,
