@@ -8,6 +8,14 @@ of digests (``capture.digest``), so memory grows with the number of calls, not w
 Digests stay on the device until the pass ends and are then read back in one transfer, so capture adds
 one host synchronisation per pass rather than one per call.
 Calls listed in ``keep`` also keep row 0's full output on the device, for the detailed comparison.
+
+A call's identity (``CallRecord.key``) must be the same in every Python process, or signatures compared
+across processes (a resumed study, a repeat in a fresh process) would differ for identical values.
+transformers runs some modules once per element of a ``set`` of strings (DiffusionGemma's
+``rotary_emb``, once per layer type, iterated in hash order), so their execution order changes with
+``PYTHONHASHSEED``. A module call is therefore named by its path plus the string arguments it was called
+with (``rotary_emb[sliding_attention]``), and only calls that share that name are numbered, in execution
+order. No identity comes from ``id()``, ``hash()`` or the iteration order of a set or dict.
 """
 
 from __future__ import annotations
@@ -222,6 +230,13 @@ class Recorder:
         self._position += 1
 
     # -- hooks -----------------------------------------------------------------------------------------
+    def _call_name(self, module, args, kwargs) -> str:
+        """The module's path, qualified by the strings it is called with: ``rotary_emb`` is called once per
+        layer type in hash order, and its calls must keep their identity whatever that order is."""
+        labels = [value for value in (*args, *kwargs.values()) if isinstance(value, str)]
+        name = self._names[module]
+        return f"{name}[{','.join(labels)}]" if labels else name
+
     def _pre_hook(self, module, args, kwargs):
         if module is self._encoder and not self._in_prompt_cache:
             self._enter_pass(PassKey(self._pass.canvas + 1, "encoder", 0))
@@ -230,7 +245,7 @@ class Recorder:
             self._enter_pass(PassKey(self._pass.canvas, "decoder", step))
         batch = self.batch_now()
         inputs = tensors_in(list(args) + list(kwargs.values()))
-        self._stack.append(self._names[module])
+        self._stack.append(self._call_name(module, args, kwargs))
         self._busy = True
         module._canvaslab_inputs = tuple(digest_tensor(row_slice(t, batch)) for t in inputs)
         self._busy = False
