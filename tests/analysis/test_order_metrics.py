@@ -80,6 +80,12 @@ def test_tau_b_equals_scipy_and_brute_force(cells):
     for size in BLOCK_BINS:
         bins = positions // size
         expected = None if len(set(bins)) < 2 else brute_force_tau_b(calls, bins)
+        assert measures.token_block_tau[size] == pytest.approx(expected, abs=1e-12)
+        # bin level: each non-empty bin's mean commit call against the bin's index
+        index = sorted(set(bins))
+        means = [np.mean(calls[bins == b]) for b in index]
+        defined = len(index) >= 2 and len(set(means)) >= 2
+        expected = brute_force_tau_b(np.array(means), np.array(index)) if defined else None
         assert measures.block_tau[size] == pytest.approx(expected, abs=1e-12)
 
 
@@ -113,7 +119,7 @@ def test_block_sequential_process_reproduces_the_control():
     assert measures.tau_b == pytest.approx(measures.control_tau, abs=1e-12)
     assert measures.control_tau == pytest.approx(expected, abs=1e-12)
     assert 0.9 < measures.control_tau < 1.0
-    assert measures.block_tau[16] == 1.0 and measures.tokens_per_call == 16.0
+    assert measures.token_block_tau[16] == 1.0 and measures.tokens_per_call == 16.0
 
 
 def test_one_call_traces_give_null_with_a_reason():
@@ -121,6 +127,8 @@ def test_one_call_traces_give_null_with_a_reason():
     assert measures.tau_b is None
     assert measures.undefined["tau_b"] == "all content positions committed in one call"
     assert all(measures.block_tau[size] is None for size in BLOCK_BINS)
+    assert all(measures.token_block_tau[size] is None for size in BLOCK_BINS)
+    assert measures.undefined["block_tau_4"] == "all bins have the same mean commit call"
     assert measures.same_call_fraction == 1.0 and measures.tokens_per_call == 40.0
     single = measure_generation(trace_from_commits([0, 1, 2], content=[True, False, False]))
     assert single.tau_b is None and single.undefined["tau_b"] == "fewer than 2 committed content positions"
@@ -133,6 +141,67 @@ def test_one_call_traces_give_null_with_a_reason():
     one_call = "all content positions committed in one call"
     assert regime["undefined"]["tau_b"] == {"n": 2, "reasons": {one_call: 2}}
     assert regime["null_reasons"]["tau_b"] == "undefined in every generation"
+
+
+def ties_only_tau_b(n_items: int, group: int) -> float:
+    """tau_b of (i // group, i) for i < n_items: no discordant pair, ``group``-sized ties in x only."""
+    pairs = n_items * (n_items - 1) / 2
+    ties = (n_items // group) * group * (group - 1) / 2
+    return math.sqrt((pairs - ties) / pairs)
+
+
+def test_block_tau_of_a_strictly_left_to_right_process_is_one_at_every_bin_size():
+    measures = measure_generation(trace_from_commits(list(range(256))))
+    assert measures.block_tau == pytest.approx({size: 1.0 for size in BLOCK_BINS}, abs=1e-12)
+    # the token-level measure falls with bin size on the same process (why it is not the paper's)
+    token = [measures.token_block_tau[size] for size in BLOCK_BINS]
+    assert all(a > b for a, b in zip(token, token[1:])) and token[0] > 0.99 and token[-1] < 0.87  # 0.994 -> 0.868
+
+
+def test_block_tau_reaches_one_exactly_at_16_for_a_block_autoregressive_process():
+    """Block k of 16 positions all committed on call k: bins of 16 and more hold whole blocks, so their
+    mean calls strictly increase (tau 1); bins of 4 (8) share a block's call four (two) at a time, tied."""
+    measures = measure_generation(trace_from_commits([p // 16 for p in range(256)]))
+    assert measures.block_tau[4] == pytest.approx(ties_only_tau_b(64, 4), abs=1e-12)  # 0.976
+    assert measures.block_tau[8] == pytest.approx(ties_only_tau_b(32, 2), abs=1e-12)  # 0.984
+    assert [measures.block_tau[size] for size in (16, 32, 64)] == pytest.approx([1, 1, 1], abs=1e-12)
+    assert measures.control_block_tau == measures.block_tau  # the control is this very process
+
+    # Random order inside each block (block k on calls 16k..16k+15): bins below 16 split a block and
+    # their means fall in random order inside it (pairs across blocks stay concordant: tau near
+    # 1920/2016 at 4 and 480/496 at 8); from 16 on, bins are ordered by block. 1 is reached exactly at 16.
+    rng = np.random.default_rng(0)
+    commits = [16 * (p // 16) + int(rng.integers(16)) for p in range(256)]
+    shuffled = measure_generation(trace_from_commits(commits))
+    assert 0.9 < shuffled.block_tau[4] < 1 and 0.9 < shuffled.block_tau[8] < 1
+    assert [shuffled.block_tau[size] for size in (16, 32, 64)] == pytest.approx([1, 1, 1], abs=1e-12)
+
+
+def test_block_tau_of_a_partially_ordered_process_rises_with_bin_size():
+    """A drift to the right plus large per-position noise (token tau about 0.5): averaging a bin's calls
+    cancels the noise, so order shows more clearly at coarser bins, as seed 003 reports."""
+    rng = np.random.default_rng(1)
+    traces = []
+    for index in range(40):
+        commits = np.clip(np.round(np.arange(256) / 16 + rng.normal(0, 5, 256)), 0, None).astype(int)
+        traces.append(trace_from_commits(commits.tolist(), gid=str(index), prompt=str(index % 10), seed=index))
+    regime = compute_order_metrics(traces, n_bootstrap=200)["regimes"]["r"]
+    rising = [regime["block_tau"][str(size)] for size in BLOCK_BINS]
+    assert all(a < b for a, b in zip(rising, rising[1:])) and rising[-1] - rising[0] > 0.2  # 0.71 -> 1.0
+    assert 0.3 < regime["tau_b"] < 0.6
+    for size in BLOCK_BINS:
+        low, high = regime["block_tau_ci"][str(size)]
+        assert low <= regime["block_tau"][str(size)] <= high
+    token = [regime["token_block_tau"][str(size)] for size in BLOCK_BINS]
+    assert max(token) - min(token) < 0.1  # flat: the token-level measure does not see the coarse order
+
+
+def test_block_tau_uses_nonempty_bins_and_is_null_with_fewer_than_two():
+    # positions 0-3 and 8-9 committed (4-7 never accepted): bins of 4 are {0..3} and {8, 9}; bin 1 is empty
+    measures = measure_generation(trace_from_commits([1, 0, 1, 0, -1, -1, -1, -1, 2, 3]))
+    assert measures.block_tau[4] == pytest.approx(1.0, abs=1e-12)  # means 0.5 (bin 0) and 2.5 (bin 2)
+    assert measures.block_tau[16] is None
+    assert measures.undefined["block_tau_16"] == "fewer than 2 non-empty bins of 16"
 
 
 # ---------------------------------------------------------------- batching, un-accepts, entropy
@@ -205,6 +274,7 @@ def test_regime_value_is_the_mean_of_generation_values():
     regime = metrics["regimes"]["math"]
     assert regime["tau_b"] == pytest.approx(np.mean([m.tau_b for m in math_rows]))
     assert regime["block_tau"]["16"] == pytest.approx(np.mean([m.block_tau[16] for m in math_rows]))
+    assert regime["token_block_tau"]["16"] == pytest.approx(np.mean([m.token_block_tau[16] for m in math_rows]))
     assert regime["n_generations"] == 24 and regime["n_prompts"] == 8
     assert regime["tau_b_ci"] is None and "bootstrap disabled" in regime["null_reasons"]["tau_b_ci"]
     assert list(metrics["regimes"]) == ["math", "factual"]

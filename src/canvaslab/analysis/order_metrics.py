@@ -42,6 +42,9 @@ SIMPSON_NOTE = (
 FEWER_THAN_TWO = "fewer than 2 committed content positions"
 NO_COMMITTED = "no committed content positions"
 ONE_CALL = "all content positions committed in one call"
+SAME_BIN_MEANS = "all bins have the same mean commit call"
+# The measures with one value per bin size.
+PER_BIN = ("block_tau", "token_block_tau", "control_block_tau", "control_token_block_tau")
 
 
 @dataclass
@@ -61,7 +64,10 @@ class GenerationMeasures:
     monotone: bool
     tau_b: float | None
     block_tau: dict[int, float | None]
+    token_block_tau: dict[int, float | None]
     control_tau: float | None
+    control_block_tau: dict[int, float | None]
+    control_token_block_tau: dict[int, float | None]
     tokens_per_call: float | None
     same_call_fraction: float | None
     commit_entropy: float | None
@@ -69,7 +75,8 @@ class GenerationMeasures:
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
-        values["block_tau"] = {str(b): v for b, v in self.block_tau.items()}
+        for name in PER_BIN:
+            values[name] = {str(b): v for b, v in getattr(self, name).items()}
         return values
 
 
@@ -108,7 +115,16 @@ def measure_generation(trace: GenerationTrace) -> GenerationMeasures:
         monotone=unaccepts == 0,
         tau_b=keep("tau_b", _tau_b(calls, positions, ONE_CALL)),
         block_tau={b: keep(f"block_tau_{b}", _block_tau(calls, positions, b)) for b in BLOCK_BINS},
+        token_block_tau={b: keep(f"token_block_tau_{b}", _token_block_tau(calls, positions, b)) for b in BLOCK_BINS},
         control_tau=keep("control_tau", _control_tau(positions)),
+        control_block_tau={
+            b: keep(f"control_block_tau_{b}", _block_tau(positions // CONTROL_BLOCK, positions, b))
+            for b in BLOCK_BINS
+        },
+        control_token_block_tau={
+            b: keep(f"control_token_block_tau_{b}", _token_block_tau(positions // CONTROL_BLOCK, positions, b))
+            for b in BLOCK_BINS
+        },
         tokens_per_call=keep("tokens_per_call", _tokens_per_call(calls)),
         same_call_fraction=keep("same_call_fraction", _same_call_fraction(calls)),
         commit_entropy=keep("commit_entropy", _commit_entropy(entropy, calls, positions)),
@@ -158,7 +174,28 @@ def _tau_b(
 
 
 def _block_tau(calls: np.ndarray, positions: np.ndarray, size: int) -> tuple[float | None, str | None]:
-    """tau_b between commit call and position // size: order at the granularity of bins of ``size``."""
+    """Bin-level block tau (seed 003's): tau_b between each bin's mean commit call and the bin's index.
+
+    Bins are position // size; only bins holding a committed content position take part (a bin with
+    one position has that position's call as its mean). Averaging a bin's calls cancels disorder inside
+    the bin, so the value rises with ``size`` for a process with a coarse left-to-right drift, and is 1
+    at every size for a strictly left-to-right one.
+    """
+    if calls.size == 0:
+        return None, NO_COMMITTED
+    bins, inverse = np.unique(positions // size, return_inverse=True)
+    if bins.size < 2:
+        return None, f"fewer than 2 non-empty bins of {size}"
+    means = np.bincount(inverse, weights=calls) / np.bincount(inverse)
+    return _tau_b(means, bins, SAME_BIN_MEANS)
+
+
+def _token_block_tau(calls: np.ndarray, positions: np.ndarray, size: int) -> tuple[float | None, str | None]:
+    """Token-level block tau: tau_b between each position's commit call and its bin, position // size.
+
+    Not the paper's measure: the ties that coarser bins add make it fall with ``size`` even for a strictly
+    left-to-right process; kept because it peaks at the block size of a block-autoregressive process.
+    """
     return _tau_b(calls, positions // size, ONE_CALL, f"all content positions in one bin of {size}")
 
 
@@ -273,21 +310,29 @@ def summarize_regime(rows: Sequence[GenerationMeasures], n_bootstrap: int, seed:
 def _order_summary(
     rows: Sequence[GenerationMeasures], weights: np.ndarray, notes: dict[str, str]
 ) -> dict[str, Any]:
-    """tau_b (+ CI), block tau per bin, the block-sequential control, and tau_b on monotone generations."""
-    tau = _as_array([row.tau_b for row in rows])
-    tau_ci = bootstrap_mean_ci(tau, weights, [row.prompt_id for row in rows])
+    """tau_b and both block taus per bin (+ CIs), the block-sequential control, tau_b on monotone generations."""
+    prompt_ids = [row.prompt_id for row in rows]
+
+    def mean_and_ci(values: Sequence[float | None], name: str) -> tuple[float | None, list[float] | None]:
+        array = _as_array(values)
+        return _mean(array, name, notes), _note(notes, f"{name}_ci", *bootstrap_mean_ci(array, weights, prompt_ids))
+
+    summary: dict[str, Any] = {}
+    summary["tau_b"], summary["tau_b_ci"] = mean_and_ci([row.tau_b for row in rows], "tau_b")
+    for name in ("block_tau", "token_block_tau"):
+        per_bin = {b: mean_and_ci([getattr(row, name)[b] for row in rows], f"{name}_{b}") for b in BLOCK_BINS}
+        summary[name] = {str(b): value for b, (value, _) in per_bin.items()}
+        summary[f"{name}_ci"] = {str(b): ci for b, (_, ci) in per_bin.items()}
+    summary["control_tau"] = _mean([row.control_tau for row in rows], "control_tau", notes)
+    for name in ("control_block_tau", "control_token_block_tau"):
+        summary[name] = {
+            str(b): _mean([getattr(row, name)[b] for row in rows], f"{name}_{b}", notes) for b in BLOCK_BINS
+        }
     monotone = [row.tau_b for row in rows if row.monotone]
     if not monotone:
         notes["tau_b_monotone"] = "no monotone generations"
-    return {
-        "tau_b": _mean(tau, "tau_b", notes),
-        "tau_b_ci": _note(notes, "tau_b_ci", *tau_ci),
-        "block_tau": {
-            str(b): _mean([row.block_tau[b] for row in rows], f"block_tau_{b}", notes) for b in BLOCK_BINS
-        },
-        "control_tau": _mean([row.control_tau for row in rows], "control_tau", notes),
-        "tau_b_monotone": _mean(monotone, "tau_b_monotone", notes) if monotone else None,
-    }
+    summary["tau_b_monotone"] = _mean(monotone, "tau_b_monotone", notes) if monotone else None
+    return summary
 
 
 def _commit_summary(rows: Sequence[GenerationMeasures], notes: dict[str, str]) -> dict[str, Any]:
