@@ -322,7 +322,7 @@ def test_auroc_matches_sklearn_and_is_null_for_one_class():
     assert regime["auroc"] == pytest.approx(expected) and regime["auroc"] > 0.9
     assert regime["accuracy"] == pytest.approx(np.mean(labels))
     pooled = metrics["pooled_auroc"]
-    assert pooled["simpson_prone"] is True and "Simpson" in pooled["note"] and pooled["n"] == 48
+    assert "Simpson" in pooled["note"] and pooled["n"] == 48
 
     all_correct = [trace_from_commits([0, 1], gid=str(i), prompt=str(i), correct=True) for i in range(4)]
     regime = compute_order_metrics(all_correct, n_bootstrap=50)["regimes"]["r"]
@@ -332,6 +332,66 @@ def test_auroc_matches_sklearn_and_is_null_for_one_class():
 
     unscored = compute_order_metrics([trace_from_commits([0, 1])], n_bootstrap=10)["regimes"]["r"]
     assert unscored["accuracy"] is None and "correct is null" in unscored["null_reasons"]["auroc"]
+
+
+def scored_regime(regime, accuracy, level, rng, n=24, informative=True):
+    """Generations of one regime around entropy ``level``; informative: correct ones are the most confident."""
+    entropy = level * (1 + rng.random(n))
+    order = np.argsort(entropy)
+    correct = np.zeros(n, dtype=bool)
+    correct[order[: round(accuracy * n)]] = True
+    if not informative:
+        correct = rng.permutation(correct)
+    return [
+        trace_from_commits([0, 1], gid=f"{regime}-{i}", regime=regime, prompt=f"{regime}-{i // 2}", seed=i % 2,
+                           correct=bool(c), entropy=lambda call, p, e=e: e)
+        for i, (e, c) in enumerate(zip(entropy, correct))
+    ]
+
+
+def test_simpson_flag_fires_when_pooling_reverses_the_within_regime_direction():
+    """Both regimes: confident = correct (AUROC 1). The accurate regime runs at 10x the entropy of the
+    inaccurate one, so pooled, confidence points to the wrong answers: AUROC below 0.5."""
+    rng = np.random.default_rng(0)
+    traces = scored_regime("easy", 0.9, 0.01, rng) + scored_regime("hard", 0.1, 0.001, rng)
+    metrics = compute_order_metrics(traces, n_bootstrap=100)
+    pooled = metrics["pooled_auroc"]
+    assert [metrics["regimes"][r]["auroc"] for r in ("easy", "hard")] == [1.0, 1.0]
+    assert pooled["value"] < 0.5 and pooled["simpson_prone"] is True
+    assert pooled["simpson_criteria"]["opposite_side_of_chance"] is True
+    assert pooled["simpson_criteria"]["outside_every_within_ci"] is True
+
+
+def test_simpson_flag_stays_down_when_pooling_agrees_with_the_regimes():
+    rng = np.random.default_rng(0)
+    traces = scored_regime("a", 0.5, 0.01, rng) + scored_regime("b", 0.5, 0.01, rng)
+    pooled = compute_order_metrics(traces, n_bootstrap=100)["pooled_auroc"]
+    assert pooled["value"] > 0.9 and pooled["simpson_prone"] is False
+    assert pooled["simpson_criteria"] == {
+        "opposite_side_of_chance": False, "outside_every_within_ci": False,
+        "regimes_compared": ["a", "b"], "regimes_off_chance": ["a", "b"],
+    }
+
+
+def test_simpson_flag_ignores_a_regime_at_chance_as_in_seed_003():
+    """Math informative, factual at chance (its CI holds 0.5), pooled below 0.5: seed 003's case. The
+    pooled value sits inside factual's CI, so only the direction criterion can see it."""
+    rng = np.random.default_rng(2)
+    traces = scored_regime("math", 0.8, 0.01, rng, n=40) + scored_regime("factual", 0.3, 0.001, rng, n=40,
+                                                                         informative=False)
+    metrics = compute_order_metrics(traces, n_bootstrap=200)
+    low, high = metrics["regimes"]["factual"]["auroc_ci"]
+    pooled = metrics["pooled_auroc"]
+    assert low < 0.5 < high and metrics["regimes"]["math"]["auroc_ci"][0] > 0.5
+    assert pooled["value"] < 0.5 and pooled["simpson_prone"] is True
+    assert pooled["simpson_criteria"]["regimes_off_chance"] == ["math"]
+
+
+def test_simpson_flag_is_null_with_fewer_than_two_regimes():
+    rng = np.random.default_rng(0)
+    pooled = compute_order_metrics(scored_regime("a", 0.5, 0.01, rng), n_bootstrap=50)["pooled_auroc"]
+    assert pooled["value"] == 1.0 and pooled["simpson_prone"] is None
+    assert pooled["simpson_reason"] == "fewer than 2 regimes with a within-regime AUROC"
 
 
 def test_reliability_gives_accuracy_by_entropy_tertile():

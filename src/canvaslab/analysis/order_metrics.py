@@ -34,9 +34,11 @@ CONTROL_BLOCK = 16
 CI_LEVEL = 0.95
 DEFINITIONS = "docs/trace-format.md"
 SIMPSON_NOTE = (
-    "Pooling regimes mixes different base accuracies and entropy scales and is Simpson-prone: seed 003 "
-    "found pooled 0.437 while math alone was 0.749. Report the within-regime auroc; this is a diagnostic."
+    "Pooling regimes mixes different base accuracies and entropy scales: seed 003 found pooled 0.437 while "
+    "math alone was 0.749. simpson_prone tests for that Simpson reversal here (definition: docs/trace-format.md). "
+    "Report the within-regime auroc; the pooled value is a diagnostic."
 )
+CHANCE = 0.5
 
 # Why a per-generation measure is null.
 FEWER_THAN_TWO = "fewer than 2 committed content positions"
@@ -274,6 +276,7 @@ def aggregate_order_metrics(
     by_regime: dict[str, list[GenerationMeasures]] = {}
     for row in measures:
         by_regime.setdefault(row.regime, []).append(row)
+    regimes = {name: summarize_regime(rows, n_bootstrap, seed) for name, rows in by_regime.items()}
     return {
         "source": source,
         "n_generations": len(measures),
@@ -281,8 +284,8 @@ def aggregate_order_metrics(
         "bootstrap_seed": seed,
         "ci_level": CI_LEVEL,
         "definitions": DEFINITIONS,
-        "regimes": {name: summarize_regime(rows, n_bootstrap, seed) for name, rows in by_regime.items()},
-        "pooled_auroc": _pooled_auroc(measures),
+        "regimes": regimes,
+        "pooled_auroc": _pooled_auroc(measures, regimes),
     }
 
 
@@ -514,15 +517,63 @@ def reliability_by_tertile(entropy: np.ndarray, correct: np.ndarray) -> list[dic
     return curve
 
 
-def _pooled_auroc(measures: Sequence[GenerationMeasures]) -> dict[str, Any]:
+def _pooled_auroc(measures: Sequence[GenerationMeasures], regimes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The AUROC over all regimes together, as a diagnostic, and the Simpson test against the regimes'."""
     usable = [row for row in measures if row.correct is not None and row.commit_entropy is not None]
     labels = np.array([bool(row.correct) for row in usable])
     scores = -np.array([row.commit_entropy for row in usable], dtype=np.float64)
     value, reason = auroc(labels, scores)
-    pooled = {"value": value, "n": len(usable), "simpson_prone": True, "note": SIMPSON_NOTE}
+    pooled: dict[str, Any] = {"value": value, "n": len(usable)}
     if reason is not None:
         pooled["reason"] = reason
+    flag, criteria, why = simpson_test(value, regimes)
+    pooled.update(simpson_prone=flag, simpson_criteria=criteria, note=SIMPSON_NOTE)
+    if why is not None:
+        pooled["simpson_reason"] = why
     return pooled
+
+
+def simpson_test(
+    pooled: float | None, regimes: dict[str, dict[str, Any]]
+) -> tuple[bool | None, dict[str, Any] | None, str | None]:
+    """Does pooling misrepresent the within-regime AUROCs? (flag, criteria, why the flag is null).
+
+    Compared: the regimes whose within-regime AUROC is defined (at least 2 needed). The flag is raised
+    when either criterion holds:
+
+    - ``opposite_side_of_chance``: the pooled AUROC is strictly on one side of 0.5 and every regime
+      off chance has its AUROC strictly on the other (at least one such regime). A regime is off chance
+      when its CI excludes 0.5, or, without a CI, when its AUROC is not 0.5; a regime whose CI holds 0.5
+      has no direction to reverse and is not asked (seed 003: math 0.749 above, factual 0.471 at chance,
+      pooled 0.437 below).
+    - ``outside_every_within_ci``: the pooled AUROC lies outside the CI of every compared regime
+      (null when one of them has no CI).
+    """
+    within = {name: (s["auroc"], s["auroc_ci"]) for name, s in regimes.items() if s["auroc"] is not None}
+    if pooled is None:
+        return None, None, "the pooled AUROC is undefined"
+    if len(within) < 2:
+        return None, None, "fewer than 2 regimes with a within-regime AUROC"
+    off_chance = {name: value for name, (value, ci) in within.items() if _off_chance(value, ci)}
+    side = _side_of_chance(pooled)
+    opposite = bool(off_chance) and side != 0 and all(_side_of_chance(v) == -side for v in off_chance.values())
+    cis = [ci for _, ci in within.values()]
+    outside = None if any(ci is None for ci in cis) else all(not ci[0] <= pooled <= ci[1] for ci in cis)
+    criteria = {
+        "opposite_side_of_chance": opposite,
+        "outside_every_within_ci": outside,
+        "regimes_compared": list(within),
+        "regimes_off_chance": list(off_chance),
+    }
+    return opposite or bool(outside), criteria, None
+
+
+def _off_chance(value: float, ci: list[float] | None) -> bool:
+    return value != CHANCE if ci is None else not ci[0] <= CHANCE <= ci[1]
+
+
+def _side_of_chance(value: float) -> int:
+    return int(value > CHANCE) - int(value < CHANCE)
 
 
 # ---------------------------------------------------------------- small helpers
