@@ -19,12 +19,15 @@ common=(--model real-shapes --layers 6 --device cuda --no-copy-prompt-cache --pr
 study() {  # NAME ARGS...: one study, its wall time and summary line appended to OUT_DIR/log.txt
   local name=$1; shift
   local start=$SECONDS
-  python -m canvaslab.cli.main batch-study "${common[@]}" "$@" --out "$out/$name" > "$out/$name.txt" 2>&1
-  python - "$out/$name/batch_study.json" "$name" "$((SECONDS - start))" >> "$out/log.txt" <<'PY'
+  if python -m canvaslab.cli.main batch-study "${common[@]}" "$@" --out "$out/$name" > "$out/$name.txt" 2>&1; then
+    python - "$out/$name/batch_study.json" "$name" "$((SECONDS - start))" >> "$out/log.txt" <<'PY'
 import json, sys
 summary = json.load(open(sys.argv[1]))["summary"]
 print(sys.argv[2], f"{sys.argv[3]} s", json.dumps(summary))
 PY
+  else
+    echo "$name FAILED after $((SECONDS - start)) s: see $name.txt" >> "$out/log.txt"
+  fi
   tail -n 1 "$out/log.txt"
 }
 
