@@ -15,7 +15,7 @@ from canvaslab.models import load_model
 from canvaslab.prompts import resolve_prompts
 from canvaslab.reports.batch_study import batch_study_table
 from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
-from canvaslab.studies.batch_size.design import parse_batch_sizes
+from canvaslab.studies.batch_size.design import check_row, parse_batch_sizes
 
 
 @app.command("batch-study")
@@ -24,6 +24,7 @@ def batch_study(
     prompts: str = typer.Option("3", "--prompts", help="N built-in prompts, or a file (.txt: one per line; .jsonl: {\"prompt\": ...})"),
     batch_sizes: str = typer.Option("1,2,3,4", "--batch-sizes", help="comma-separated; B=1 is the reference"),
     fill: str = typer.Option("copies", "--fill", help="copies: other rows are bit-identical copies; mixed: other prompts"),
+    row: int = typer.Option(0, "--row", help="the studied prompt's row in every batch (B=1 is the reference)"),
     copy_prompt_cache: bool = typer.Option(True, "--copy-prompt-cache/--no-copy-prompt-cache",
                                            help="give every row the B=1 prompt cache, as the seeds did; off studies the encoder on the batch"),
     rng: str = options.Rng,
@@ -41,12 +42,13 @@ def batch_study(
                                             "(what a resumed study relies on); same-process: in this one"),
     out: Optional[Path] = typer.Option(None, "--out", help="write DIR/batch_study.json (a rerun with the same DIR resumes)"),
 ) -> None:
-    """Does row 0's generation depend on what shares its batch? Compare it byte for byte with B=1."""
+    """Does a row's generation depend on what shares its batch? Compare it byte for byte with B=1."""
     sizes = parse_batch_sizes(batch_sizes)
+    check_row(row, sizes, mode)
     prompt_list = resolve_prompts(prompts)
     settings = BatchStudySettings(batch_sizes=sizes, fill=fill, copy_prompt_cache=copy_prompt_cache, rng=rng, mode=mode,
                                   seed=seed, generation=options.generation_overrides(steps, max_new_tokens),
-                                  record_ops=record_ops, repeat_control=repeat_control)
+                                  record_ops=record_ops, repeat_control=repeat_control, row=row)
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
     console = Console()
     total = len(prompt_list) * (len(sizes) - 1)

@@ -35,7 +35,7 @@ def _origin_cell(run) -> str:
 
 
 def batch_study_table(result: dict[str, Any]) -> Table:
-    table = Table(title="batch-size study: row 0 in a batch vs row 0 alone (B=1); router/logits: % changed "
+    table = Table(title="batch-size study: the prompt as a row of a batch vs alone (B=1); router/logits: % changed "
                         "in the first differing decoder pass", show_lines=False)
     # Narrow terminals fold the two name columns; the numbers never wrap.
     for column, wide in (("prompt", True), ("B", False), ("first divergence", True), ("origin", True),
@@ -59,10 +59,6 @@ def batch_study_table(result: dict[str, Any]) -> Table:
         f"{summary['equivalence_classes']}; repeat B=1 identical: {summary['repeat_control_identical']}"
         f"{_repeat_where(result.get('repeat_control'))}"
     )
-    skipped = sorted({label for run in result["runs"] for label in run.get("passes_not_compared", [])})
-    if skipped:
-        table.caption += (f"; not compared: {', '.join(skipped)} (the prompt, padded to the longest one, has another "
-                          "shape than at B=1; later passes read it through the KV cache)")
     return table
 
 

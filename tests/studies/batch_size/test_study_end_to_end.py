@@ -27,8 +27,10 @@ def _check_consistent(result, n_prompts, sizes):
     assert summary["bytes_compared"] == sum(run["bytes_compared"] for run in result["runs"]) > 0
     for run in result["runs"]:
         assert run["batch_size"] != 1
+        # diverged exactly when some compared pass differs
+        assert run["diverged"] == (run["passes_matching"] < run["passes_total"])
         assert run["diverged"] == (run["first_divergence"] is not None or run["run"]["tokens"] != run["reference"]["tokens"])
-        if run["row0_left_padded"]:
+        if run["left_padded"]:
             assert run["origin"]["kind"] == "semantic"
         elif run["first_divergence"]:
             assert 0 < run["first_divergence"]["fraction_changed"] <= 1
@@ -60,7 +62,7 @@ def test_mixed_fill_and_encoder_studied(tiny):
                                   repeat_control="same-process", generation={"max_denoising_steps": STEPS})
     result = run_batch_study(tiny, builtin_prompts(2), settings)
     _check_consistent(result, 2, [1, 2, 3])
-    padded = {run["prompt_id"]: run["row0_left_padded"] for run in result["runs"]}
+    padded = {run["prompt_id"]: run["left_padded"] for run in result["runs"]}
     # builtin-0 (13 tokens) shares its batch with builtin-1 (15 tokens): it is left-padded, the other is not
     assert padded == {"builtin-0": True, "builtin-1": False}
 
