@@ -18,8 +18,13 @@ from canvaslab.cli.app import app
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run ``canvaslab``; always ends in ``SystemExit`` (0, 2 for bad input, 130 when interrupted)."""
-    app(args=argv, prog_name="canvaslab")
+    """Run ``canvaslab``: returns when the command succeeded, else raises ``SystemExit`` with its code
+    (2: bad input or usage, 130: interrupted)."""
+    try:
+        app(args=argv, prog_name="canvaslab")
+    except SystemExit as done:
+        if done.code not in (0, None):
+            raise
 
 
 if __name__ == "__main__":

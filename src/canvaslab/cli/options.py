@@ -94,8 +94,7 @@ def batch_sizes(ctx, param, value):
 def prompts(ctx, param, value):
     """A count of built-in prompts, or a file (its content is checked when it is read)."""
     if re.fullmatch(r"\s*[+-]?\d+\s*", value) and not 1 <= int(value) <= BUILTIN_PROMPT_COUNT:
-        raise _bad(param, value, f"a count of built-in prompts runs from 1 to {BUILTIN_PROMPT_COUNT}; "
-                                 "pass a file for more")
+        raise _bad(param, value, f"the built-in set has 1 to {BUILTIN_PROMPT_COUNT} prompts; pass a file for more")
     return value
 
 

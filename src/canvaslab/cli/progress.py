@@ -58,9 +58,13 @@ class PlainProgress:
 
     def _tick(self) -> None:
         while not self._stop.wait(min(self.heartbeat, 1.0)):
-            with self._lock:
-                if self.clock() - self.last_line >= self.heartbeat:
-                    self._print()
+            self.beat()
+
+    def beat(self) -> None:
+        """A line if none was printed for ``heartbeat`` seconds (the ticker calls this once a second)."""
+        with self._lock:
+            if self.clock() - self.last_line >= self.heartbeat:
+                self._print()
 
     def line(self) -> str:
         elapsed = _clock_text(self.clock() - self.started)
