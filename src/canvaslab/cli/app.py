@@ -21,10 +21,13 @@ def print_error(message: str) -> None:
     """One line on stderr; the message is plain text (paths may contain rich markup characters)."""
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     console.print("[bold red]error:[/] ", end="")
-    console.print(message, markup=False)
+    console.print(" ".join(message.splitlines()), markup=False)
 
 
 class CanvaslabGroup(TyperGroup):
+    """The top-level group: a user's mistake raised while a command's options are checked or while it runs
+    ends here (sub-groups and commands are invoked from this ``invoke``)."""
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -32,7 +35,7 @@ class CanvaslabGroup(TyperGroup):
             print_error(str(error))
             raise typer.Exit(USAGE_EXIT) from None
         except KeyboardInterrupt:
-            Console(stderr=True).print("interrupted: finished work is saved; rerun the same command to resume")
+            Console(stderr=True).print("interrupted: a study keeps what it finished; rerun the same command to resume")
             raise typer.Exit(INTERRUPTED_EXIT) from None
 
 
