@@ -68,7 +68,7 @@ def _regime(index: int) -> dict:
 
 def test_order_tables_fit_80_columns_without_wrapping_a_number():
     metrics = {"n_generations": 6000, "regimes": {name: _regime(i) for i, name in enumerate(REGIMES)},
-               "pooled_auroc": {"value": 0.6, "n": 6000}}
+               "pooled_auroc": {"value": 0.6, "n": 6000, "simpson_prone": False}}
     tables = order_metrics_tables(metrics, extra={"AR acc": ["0.50"] * len(REGIMES)})
     lines = render(*tables)
     assert max(map(len, lines)) <= 80
