@@ -43,8 +43,10 @@ def _refuse(*args, **kwargs):
 
 
 def _no_work(monkeypatch) -> None:
-    for module, name in WORK:
-        monkeypatch.setattr(importlib.import_module(module), name, _refuse)
+    # Import every module first: one imported while another's function is patched would keep the patch.
+    modules = [importlib.import_module(module) for module, _ in WORK]
+    for module, (_, name) in zip(modules, WORK):
+        monkeypatch.setattr(module, name, _refuse)
 
 
 @pytest.fixture
