@@ -257,7 +257,7 @@ def generate(
     if copy_prompt_cache:
         _notify_phase(observers, "prompt_cache")
         cache, input_ids, attention_mask = build_prompt_cache(model, prompts, lambda rows: _notify_encoding(observers, rows))
-        kwargs["past_key_values"] = cache
+        kwargs["cache"] = cache  # transformers >= 5.24 (past_key_values is deprecated there)
     else:
         input_ids, attention_mask = _left_pad_prompts(prompts, settings.get("pad_token_id") or 0, model.device)
     with contextlib.ExitStack() as stack:

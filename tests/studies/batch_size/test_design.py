@@ -1,8 +1,4 @@
-from canvaslab.studies.batch_size.design import batch_rows, common_classes, equivalence_classes, parse_batch_sizes
-
-
-def test_parse_batch_sizes_adds_reference_and_sorts():
-    assert parse_batch_sizes("4,2,2") == [1, 2, 4]
+from canvaslab.studies.batch_size.design import batch_rows, common_classes, equivalence_classes
 
 
 def test_equivalence_classes_group_identical_signatures():

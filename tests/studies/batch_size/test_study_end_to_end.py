@@ -73,19 +73,25 @@ def test_interrupted_study_resumes_without_redoing_runs(tmp_path, tiny):
     prompts = builtin_prompts(2)
     seen = []
 
-    def interrupt_after_first_run(message):
-        seen.append(message)
-        if sum("B=1" not in m for m in seen) == 2:  # the second batched run starts: stop here
+    def interrupt_after_first_run(done, total, doing):
+        seen.append((done, total, doing))
+        if done == 1:  # the first batched run has finished (and is saved): stop here
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         run_batch_study(tiny, prompts, settings, out_dir=tmp_path, progress=interrupt_after_first_run)
+    # progress counts finished runs: 0 while the references and the first batched run ran
+    assert seen[:-1] == [(0, 4, "builtin-0: B=1 reference"), (0, 4, "builtin-0: B=1 repeat control"),
+                         (0, 4, "builtin-0: B=2")]
+    assert seen[-1] == (1, 4, "builtin-0: B=3")
     partial = json.loads((tmp_path / PARTIAL_FILE).read_text())
     assert len(partial["runs"]) == 1
-    resumed_messages = []
-    resumed = run_batch_study(tiny, prompts, settings, out_dir=tmp_path, progress=resumed_messages.append)
-    batched = [m for m in resumed_messages if "B=1" not in m]
+    resumed_calls = []
+    resumed = run_batch_study(tiny, prompts, settings, out_dir=tmp_path,
+                              progress=lambda done, total, doing: resumed_calls.append((done, doing)))
+    batched = [doing for _, doing in resumed_calls if doing and "B=1" not in doing]
     assert len(batched) == 3  # 4 runs in all, 1 was already done
+    assert resumed_calls[0][0] == 1 and resumed_calls[-1] == (4, "")
     fresh = run_batch_study(tiny, prompts, settings)
     assert [r["signature"] for r in resumed["runs"]] == [r["signature"] for r in fresh["runs"]]
     assert resumed["summary"] == fresh["summary"]

@@ -7,19 +7,6 @@ from typing import Sequence
 from canvaslab.errors import CanvaslabError
 
 FILLS = ("copies", "mixed")
-MAX_BATCH = 4096
-
-
-def parse_batch_sizes(spec: str) -> list[int]:
-    """``"1,2,3,4"`` -> ``[1, 2, 3, 4]``; B=1 is always included, as the reference."""
-    try:
-        sizes = [int(part) for part in spec.split(",")]
-    except ValueError:
-        raise CanvaslabError(f"--batch-sizes {spec!r}: give whole numbers separated by commas, e.g. 1,2,3,4") from None
-    bad = [size for size in sizes if not 1 <= size <= MAX_BATCH]
-    if bad:
-        raise CanvaslabError(f"--batch-sizes: {bad[0]} is impossible; batch sizes run from 1 to {MAX_BATCH}")
-    return sorted(set(sizes) | {1})
 
 
 def check_row(row: int, batch_sizes: Sequence[int], mode: str) -> None:

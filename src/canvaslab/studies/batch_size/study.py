@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from canvaslab.capture import Capture, Recorder, compare_captures, detail
 from canvaslab.environment import environment_fingerprint
+from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
 from canvaslab.invariant import replaced_ops
 from canvaslab.io import read_json, write_json_atomic
@@ -165,16 +166,37 @@ def study_key(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _load_partial(out_dir: Path | None, key: str) -> dict[str, Any]:
-    if out_dir is None or not (out_dir / PARTIAL_FILE).exists():
+def read_partial(out_dir: Path | None) -> dict[str, Any]:
+    """The saved runs of an interrupted study in ``out_dir`` ({} if none); a damaged file is one clear error.
+
+    Written atomically, the file is only damaged by hand or by another program; the study never guesses
+    which runs it could trust."""
+    path = None if out_dir is None else Path(out_dir) / PARTIAL_FILE
+    if path is None or not path.exists():
         return {}
-    partial = read_json(out_dir / PARTIAL_FILE)
+    try:
+        partial = read_json(path)
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise CanvaslabError(f"{path} is damaged ({error}); remove it to start the study over, "
+                             "or use a new --out") from None
+    if not isinstance(partial, dict) or not isinstance(partial.get("runs"), list):
+        raise CanvaslabError(f"{path} is not a saved batch study; remove it to start the study over, "
+                             "or use a new --out")
+    return partial
+
+
+def _load_partial(out_dir: Path | None, key: str) -> dict[str, Any]:
+    partial = read_partial(out_dir)
     return partial if partial.get("study_key") == key else {}
 
 
 def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings, *, out_dir: str | Path | None = None,
-                    progress: Callable[[str], None] | None = None, config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run the study; with ``out_dir``, finished runs are saved after each one and a rerun resumes."""
+                    progress: Callable[[int, int, str], None] | None = None,
+                    config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the study; with ``out_dir``, finished runs are saved after each one and a rerun resumes.
+
+    ``progress(done, total, doing)`` counts finished batched runs; it is called before each run
+    (``doing`` names it) and once more when all are done."""
     check_row(settings.row, settings.batch_sizes, settings.mode)
     out_dir = Path(out_dir) if out_dir is not None else None
     config = {**(config or {}), "settings": asdict(settings), "prompts": [asdict(p) for p in prompts],
@@ -189,21 +211,22 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
     encoded = [loaded.tokenizer(p.text)["input_ids"] for p in prompts]
     # --fill mixed: the other study prompts first, then built-in prompts, so one prompt can be studied too
     fillers = [loaded.tokenizer(text)["input_ids"] for text in BUILTIN_PROMPTS if text not in {p.text for p in prompts}]
-    notify = progress or (lambda message: None)
+    total = len(prompts) * sum(1 for b in settings.batch_sizes if b != 1)
+    notify = progress or (lambda done, total, doing: None)
     for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
         todo = [b for b in settings.batch_sizes if b != 1 and (prompt.prompt_id, b) not in done]
         if not todo and (repeat is not None or index):
             continue
-        notify(f"{prompt.prompt_id}: B=1 reference")
+        notify(len(runs), total, f"{prompt.prompt_id}: B=1 reference")
         reference = run([ids])
         signatures.setdefault(prompt.prompt_id, {})["1"] = capture_signature(reference[0])
         if repeat is None:
-            notify(f"{prompt.prompt_id}: B=1 repeat control ({settings.repeat_control})")
+            notify(len(runs), total, f"{prompt.prompt_id}: B=1 repeat control ({settings.repeat_control})")
             repeat = run_repeat_control(loaded, settings, ids, signatures[prompt.prompt_id]["1"],
                                         lambda: capture_signature(run([ids])[0]))
         others = encoded[:index] + encoded[index + 1:] + fillers
         for batch_size in todo:
-            notify(f"{prompt.prompt_id}: B={batch_size}")
+            notify(len(runs), total, f"{prompt.prompt_id}: B={batch_size}")
             rows = batch_rows(ids, others, batch_size, settings.fill, settings.row)
             result = compare_run(run, prompt, rows, reference, batch_size, settings.fill, settings.mode, settings.row)
             runs.append(result)
@@ -211,6 +234,7 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
             if out_dir is not None:
                 write_json_atomic(out_dir / PARTIAL_FILE, {"study_key": key, "runs": runs, "signatures": signatures,
                                                            "repeat_control": repeat})
+    notify(len(runs), total, "")
     order = {(p.prompt_id, b): i for i, p in enumerate(prompts) for b in settings.batch_sizes}
     runs.sort(key=lambda r: order[(r["prompt_id"], r["batch_size"])])
     per_prompt = {pid: equivalence_classes({int(b): s for b, s in sigs.items()}) for pid, sigs in signatures.items()}
