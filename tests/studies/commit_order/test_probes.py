@@ -210,7 +210,7 @@ def test_code_completion_accepts_a_restated_function_or_a_bare_body():
     probe = _probe("code_completion", "HumanEval/0")
     wrong = "def has_close_elements(numbers, threshold):\n    return False\n"
     result = run_code_tests(probe, _fenced(wrong))
-    assert result.passed is False and "AssertionError" in result.stderr_tail
+    assert result.passed is False and result.failure.startswith("AssertionError at tests.py")
 
 
 def test_open_ended_is_not_scored():
