@@ -253,7 +253,7 @@ def self_check(report_fd, host_paths):
         "no_new_privs": status["NoNewPrivs"].strip(),
         "interfaces": interfaces,
         "visible_host_paths": [path for path in host_paths if os.path.lexists(path)],
-        "writable": [path for path in ("/", "/usr", "/tmp") if _can_create(path)],
+        "writable": [path for path in ("/", "/usr", "/dev", "/dev/shm", "/tmp") if _can_create(path)],
         "pid": os.getpid(),
         "user_namespaces": open("/proc/sys/user/max_user_namespaces").read().strip(),
     }

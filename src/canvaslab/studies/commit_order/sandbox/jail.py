@@ -19,6 +19,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -81,7 +82,7 @@ class Isolation:
             "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp", "--remount-ro", "/",
             "--info-fd", str(info_fd),
             "--", self.prlimit, *kernel_limits,
-            "--", self.python, "-I", "-S", "-X", "utf8", "-c", _inside_source(), *argv,
+            "--", self.python, "-I", "-S", "-u", "-X", "utf8", "-c", _inside_source(), *argv,
         ]  # fmt: skip
 
     def start(self, argv: list[str], limits: SandboxLimits, output: IO[bytes], pass_fds: tuple[int, ...]) -> Jail:
@@ -263,7 +264,7 @@ def _filesystem(prefix: str) -> list[str]:
         roots.append(prefix)
     for folder in _package_folders(roots):
         args += ["--tmpfs", folder, "--remount-ro", folder]
-    return [*args, "--proc", "/proc", "--dev", "/dev"]
+    return [*args, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]  # /dev/shm: no unbounded tmpfs
 
 
 def _package_folders(roots: list[str]) -> list[str]:
@@ -275,34 +276,47 @@ def _package_folders(roots: list[str]) -> list[str]:
 
 def _self_check(isolation: Isolation) -> list[str]:
     """Start one jail and compare what it sees with what it must see; the problems found."""
-    limits = SandboxLimits(timeout_s=30)
-    report_read, report_write = os.pipe()
-    secret_paths = sorted({str(Path.cwd()), str(Path.home()), sys.prefix, str(INSIDE_SOURCE_PATH.parent),
-                           "/etc/passwd", "/etc/shadow", "/root", "/home", "/work", "/var", "/run"})
-    shown = {str(p) for p in Path(isolation.python).parents}
-    host_paths = [path for path in secret_paths if path not in shown]
-    import tempfile
-
-    with tempfile.TemporaryFile() as output:
-        try:
-            jail = isolation.start(["selfcheck", str(report_write), json.dumps(host_paths)], limits, output,
-                                   (report_write,))
-        finally:
-            os.close(report_write)
-        with jail, os.fdopen(report_read, "rb") as report_file:
-            jail.wait(limits.timeout_s)
-            report_bytes = report_file.read() if jail.process.poll() is not None else b""
-        output.seek(0)
-        said = output.read()[-300:].decode("utf-8", errors="replace")
-    try:
-        report = json.loads(report_bytes)
-    except ValueError:
+    with tempfile.NamedTemporaryFile(prefix="canvaslab-host-") as host_file, tempfile.TemporaryFile() as output:
+        # The host's temporary file shows whether the jail's /tmp is the host's.
+        report, said = _jail_report(isolation, _host_paths(isolation, host_file.name), output)
+    if report is None:
         last = said.strip().splitlines()[-1:] or ["no output"]
         return [f"{isolation.bwrap} could not start a jail: {last[0]}"]
-    return _problems(report, isolation)
+    return _problems(report)
 
 
-def _problems(report: dict[str, object], isolation: Isolation) -> list[str]:
+def _host_paths(isolation: Isolation, host_file: str) -> list[str]:
+    """Paths of the host the jail must not see; those the jail has of its own (its /tmp, /usr, the
+    folders leading to the interpreter) are left out, as they exist there whatever the host holds."""
+    candidates = {str(Path.cwd()), str(Path.home()), sys.prefix, str(INSIDE_SOURCE_PATH.parent), host_file,
+                  "/etc/passwd", "/etc/shadow", "/root", "/home", "/work", "/var", "/run"}
+    own = ("/tmp", "/usr", "/proc", "/dev")
+    ancestors = {str(parent) for parent in Path(isolation.python).parents}
+    return sorted(path for path in candidates
+                  if path not in ancestors and not any(path == o or path.startswith(o + "/") for o in own)
+                  or path == host_file)
+
+
+def _jail_report(isolation: Isolation, host_paths: list[str], output: IO[bytes]) -> tuple[dict | None, str]:
+    limits = SandboxLimits(timeout_s=30)
+    report_read, report_write = os.pipe()
+    try:
+        jail = isolation.start(["selfcheck", str(report_write), json.dumps(host_paths)], limits, output,
+                               (report_write,))
+    finally:
+        os.close(report_write)
+    with jail, os.fdopen(report_read, "rb") as report_file:
+        ended = jail.wait(limits.timeout_s)
+        report_bytes = report_file.read() if ended else b""
+    output.seek(0)
+    said = output.read()[-300:].decode("utf-8", errors="replace")
+    try:
+        return json.loads(report_bytes), said
+    except ValueError:
+        return None, said
+
+
+def _problems(report: dict[str, object]) -> list[str]:
     expected_version = list(sys.version_info[:2])
     checks = [
         (report["version"] == expected_version, f"python {report['version']} inside, {expected_version} here"),
