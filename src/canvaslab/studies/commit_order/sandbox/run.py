@@ -56,6 +56,7 @@ def run_tests(
         finally:
             for fd in (requests_read, requests_write, replies_read, replies_write):
                 os.close(fd)
+        candidate.attach()  # both started before either is waited for: their setups overlap
         finished = tester.wait(limits.timeout_s - (time.monotonic() - start))
         candidate_status = candidate.process.poll()  # None: still serving, as it should be
         tests_status = tester.kill()

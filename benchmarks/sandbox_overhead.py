@@ -1,0 +1,114 @@
+"""What the code sandbox costs per probe: two bubblewrap jails against one unprotected interpreter.
+
+For each probe (every code-synthesis task and the first ``--human-eval`` HumanEval tasks) the reference
+solution is scored through ``run_code_tests`` (the candidate's jail, the tests' jail, the plain-data
+link) and, alternating with it so drift and other load hit both alike, run the way an unprotected
+harness would: one ``python -I -S`` subprocess executing the solution and then the tests. Reported:
+the median over probes of each, their difference (the sandbox's overhead per probe) and ratio, the CPU
+seconds of the processes each side started (steadier than wall time on a shared machine; the load
+average is recorded), and the floor: a one-line function with one one-line test. Timings include
+starting the processes.
+
+    python benchmarks/sandbox_overhead.py --out benchmarks/results/cpu_sandbox_overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from canvaslab.environment import environment_fingerprint
+from canvaslab.io import write_json_atomic
+from canvaslab.studies.commit_order.probes import load_regime, program_code, run_code_tests
+from canvaslab.studies.commit_order.sandbox import require_isolation, run_tests
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--human-eval", type=int, default=164, help="how many HumanEval tasks (from the first)")
+    parser.add_argument("--repeats", type=int, default=3, help="timings per probe and side; the median is kept")
+    parser.add_argument("--out", type=Path, required=True, help="JSON result file")
+    return parser.parse_args()
+
+
+def timed(run) -> tuple[float, float]:
+    """Wall seconds, and CPU seconds of the processes it started (steadier on a shared machine)."""
+    cpu_before, start = _children_cpu(), time.perf_counter()
+    run()
+    return time.perf_counter() - start, _children_cpu() - cpu_before
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def unprotected(program: str, tests: str) -> None:
+    completed = subprocess.run([sys.executable, "-I", "-S", "-c", f"{program}\n\n{tests}"], capture_output=True,
+                               timeout=60, check=False)
+    if completed.returncode != 0:
+        raise RuntimeError(f"the reference failed without the sandbox: {completed.stderr[-300:]!r}")
+
+
+def sandboxed(probe, answer: str) -> None:
+    result = run_code_tests(probe, answer)
+    if not result.passed:
+        raise RuntimeError(f"{probe.probe_id}: the reference failed in the sandbox: {result.failure}")
+
+
+def main() -> None:
+    args = parse_args()
+    isolation = require_isolation()
+    probes = load_regime("code_synthesis") + load_regime("code_completion")[: args.human_eval]
+    load_before = os.getloadavg()
+    floor = [timed(lambda: run_tests("def f():\n    return 1\n", "f", "assert f() == 1"))[0] for _ in range(10)]
+    rows = []
+    for probe in probes:
+        answer = f"```python\n{probe.reference['canonical_solution']}\n```"
+        program = program_code(probe, answer)
+        sides = {"sandbox": [], "unprotected": []}
+        for _ in range(args.repeats):
+            sides["sandbox"].append(timed(lambda: sandboxed(probe, answer)))
+            sides["unprotected"].append(timed(lambda: unprotected(program, probe.reference["tests"])))
+        rows.append({"probe_id": probe.probe_id,
+                     **{side: statistics.median(wall for wall, _ in times) for side, times in sides.items()},
+                     **{f"{side}_cpu": statistics.median(cpu for _, cpu in times) for side, times in sides.items()}})
+    sandbox_s = statistics.median(row["sandbox"] for row in rows)
+    unprotected_s = statistics.median(row["unprotected"] for row in rows)
+    overheads = [row["sandbox"] - row["unprotected"] for row in rows]
+    payload = {
+        "what": "seconds per probe: scoring a reference solution in the sandbox vs one unprotected python -I -S",
+        "command": " ".join(["python", "benchmarks/sandbox_overhead.py", *sys.argv[1:]]),
+        "probes": len(rows),
+        "repeats": args.repeats,
+        "median_sandbox_s": round(sandbox_s, 4),
+        "median_unprotected_s": round(unprotected_s, 4),
+        "median_overhead_s": round(statistics.median(overheads), 4),
+        "ratio_of_medians": round(sandbox_s / unprotected_s, 2),
+        "median_sandbox_cpu_s": round(statistics.median(row["sandbox_cpu"] for row in rows), 4),
+        "median_unprotected_cpu_s": round(statistics.median(row["unprotected_cpu"] for row in rows), 4),
+        "floor_one_line_function_median_s": round(statistics.median(floor), 4),
+        "per_probe": [{key: round(value, 4) if isinstance(value, float) else value for key, value in row.items()}
+                      for row in rows],
+        "environment": environment_fingerprint(
+            bwrap=isolation.bwrap_version, jail_python=f"{isolation.python} {isolation.python_version}",
+            as_root=isolation.setpriv is not None, kernel=platform.release(), cpu_count=os.cpu_count(),
+            load_average_before=[round(x, 2) for x in load_before],
+            load_average_after=[round(x, 2) for x in os.getloadavg()],
+        ),
+    }
+    write_json_atomic(args.out, payload)
+    print(f"{len(rows)} probes: sandbox {sandbox_s * 1000:.0f} ms, unprotected {unprotected_s * 1000:.0f} ms per probe "
+          f"(median overhead {statistics.median(overheads) * 1000:.0f} ms); floor {statistics.median(floor) * 1000:.0f} ms"
+          f"; load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
