@@ -4,10 +4,9 @@ For each probe (every code-synthesis task and the first ``--human-eval`` HumanEv
 solution is scored through ``run_code_tests`` (the candidate's jail, the tests' jail, the plain-data
 link) and, alternating with it so drift and other load hit both alike, run the way an unprotected
 harness would: one ``python -I -S`` subprocess executing the solution and then the tests. Reported:
-the median over probes of each, their difference (the sandbox's overhead per probe) and ratio, the CPU
-seconds of the processes each side started (steadier than wall time on a shared machine; the load
-average is recorded), and the floor: a one-line function with one one-line test. Timings include
-starting the processes.
+the median over probes of each, their difference (the sandbox's overhead per probe) and ratio, and the
+floor: a one-line function with one one-line test. Timings are wall clock and include starting the
+processes; the load average before and after is recorded, as other work on the machine slows both.
 
     python benchmarks/sandbox_overhead.py --out benchmarks/results/cpu_sandbox_overhead.json
 """
@@ -17,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -38,16 +36,10 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def timed(run) -> tuple[float, float]:
-    """Wall seconds, and CPU seconds of the processes it started (steadier on a shared machine)."""
-    cpu_before, start = _children_cpu(), time.perf_counter()
+def timed(run) -> float:
+    start = time.perf_counter()
     run()
-    return time.perf_counter() - start, _children_cpu() - cpu_before
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return time.perf_counter() - start
 
 
 def unprotected(program: str, tests: str) -> None:
@@ -68,7 +60,7 @@ def main() -> None:
     isolation = require_isolation()
     probes = load_regime("code_synthesis") + load_regime("code_completion")[: args.human_eval]
     load_before = os.getloadavg()
-    floor = [timed(lambda: run_tests("def f():\n    return 1\n", "f", "assert f() == 1"))[0] for _ in range(10)]
+    floor = [timed(lambda: run_tests("def f():\n    return 1\n", "f", "assert f() == 1")) for _ in range(10)]
     rows = []
     for probe in probes:
         answer = f"```python\n{probe.reference['canonical_solution']}\n```"
@@ -77,9 +69,7 @@ def main() -> None:
         for _ in range(args.repeats):
             sides["sandbox"].append(timed(lambda: sandboxed(probe, answer)))
             sides["unprotected"].append(timed(lambda: unprotected(program, probe.reference["tests"])))
-        rows.append({"probe_id": probe.probe_id,
-                     **{side: statistics.median(wall for wall, _ in times) for side, times in sides.items()},
-                     **{f"{side}_cpu": statistics.median(cpu for _, cpu in times) for side, times in sides.items()}})
+        rows.append({"probe_id": probe.probe_id, **{side: statistics.median(times) for side, times in sides.items()}})
     sandbox_s = statistics.median(row["sandbox"] for row in rows)
     unprotected_s = statistics.median(row["unprotected"] for row in rows)
     overheads = [row["sandbox"] - row["unprotected"] for row in rows]
@@ -92,8 +82,6 @@ def main() -> None:
         "median_unprotected_s": round(unprotected_s, 4),
         "median_overhead_s": round(statistics.median(overheads), 4),
         "ratio_of_medians": round(sandbox_s / unprotected_s, 2),
-        "median_sandbox_cpu_s": round(statistics.median(row["sandbox_cpu"] for row in rows), 4),
-        "median_unprotected_cpu_s": round(statistics.median(row["unprotected_cpu"] for row in rows), 4),
         "floor_one_line_function_median_s": round(statistics.median(floor), 4),
         "per_probe": [{key: round(value, 4) if isinstance(value, float) else value for key, value in row.items()}
                       for row in rows],

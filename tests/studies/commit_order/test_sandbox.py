@@ -258,6 +258,15 @@ def test_the_network_is_unreachable(listener):
     assert result.passed, result.failure
 
 
+def test_no_user_namespace_can_be_created_inside():
+    snippet = "import ctypes; print(ctypes.CDLL(None, use_errno=True).unshare(0x10000000))"
+    outside = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=60)
+    assert outside.stdout.strip() == "0"  # the control: here (root, or user namespaces allowed) it works
+    code = "import ctypes\ndef probe():\n    return ctypes.CDLL(None, use_errno=True).unshare(0x10000000)\n"
+    result = _run(code, "assert probe() == -1")
+    assert result.passed, result.failure
+
+
 def test_the_environment_holds_nothing_of_ours(monkeypatch):
     monkeypatch.setenv("CANVASLAB_SECRET_TOKEN", "do-not-leak")
     result = _run("import os\ndef probe():\n    return sorted(os.environ)\n",

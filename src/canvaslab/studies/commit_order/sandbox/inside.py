@@ -19,7 +19,8 @@ those exact builtin types, so a value that crossed cannot carry a method of the 
 ``__eq__`` that is always true, a ``__del__``, a property). ``to_plain`` checks exact types
 (``type(x) is int``, never ``isinstance``) and refuses everything else, subclasses included, except
 three standard-library dicts an honest answer may return (``OrderedDict``, ``defaultdict``,
-``Counter``), which are sent as plain dicts: the comparisons that follow are then a dict's.
+``Counter``), which are sent as plain dicts: the comparisons that follow are then a dict's. Integers
+of more than 4300 digits are refused by ``json`` (Python's limit on int-string conversion).
 """
 
 import json
@@ -255,10 +256,20 @@ def self_check(report_fd, host_paths):
         "visible_host_paths": [path for path in host_paths if os.path.lexists(path)],
         "writable": [path for path in ("/", "/usr", "/dev", "/dev/shm", "/tmp") if _can_create(path)],
         "pid": os.getpid(),
-        "user_namespaces": open("/proc/sys/user/max_user_namespaces").read().strip(),
+        "nested_user_namespace": _can_create_user_namespace(),
     }
     with os.fdopen(report_fd, "w") as handle:
         json.dump(report, handle)
+
+
+def _can_create_user_namespace():
+    """Whether unshare(CLONE_NEWUSER) succeeds here (it must not: --disable-userns)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0
+    except (ImportError, OSError, AttributeError):
+        return None
 
 
 def _can_create(directory):

@@ -345,5 +345,6 @@ def _problems(report: dict[str, object]) -> list[str]:
         (report["interfaces"] == ["lo"], f"network interfaces {report['interfaces']}"),
         (not report["visible_host_paths"], f"host paths visible: {report['visible_host_paths']}"),
         (report["writable"] == ["/tmp"], f"writable: {report['writable']}"),
+        (report["nested_user_namespace"] is False, "user namespaces can be created inside"),
     ]
     return [problem for ok, problem in checks if not ok]
