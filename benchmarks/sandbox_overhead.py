@@ -93,9 +93,10 @@ def main() -> None:
         ),
     }
     write_json_atomic(args.out, payload)
+    overhead_ms, floor_ms = statistics.median(overheads) * 1000, statistics.median(floor) * 1000
     print(f"{len(rows)} probes: sandbox {sandbox_s * 1000:.0f} ms, unprotected {unprotected_s * 1000:.0f} ms per probe "
-          f"(median overhead {statistics.median(overheads) * 1000:.0f} ms); floor {statistics.median(floor) * 1000:.0f} ms"
-          f"; load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+          f"(median overhead {overhead_ms:.0f} ms); floor {floor_ms:.0f} ms; load {load_before[0]:.1f} -> "
+          f"{os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -340,7 +340,7 @@ def _problems(report: dict[str, object]) -> list[str]:
     checks = [
         (report["version"] == expected_version, f"python {report['version']} inside, {expected_version} here"),
         (report["uid"] == SANDBOX_UID, f"uid {report['uid']} inside"),
-        (all(re.fullmatch("0+", cap) for cap in report["capabilities"]), "capabilities left"),  # type: ignore[union-attr]
+        (all(re.fullmatch("0+", cap) for cap in report["capabilities"]), "capabilities left"),  # type: ignore
         (report["no_new_privs"] == "1", "no_new_privs not set"),
         (report["interfaces"] == ["lo"], f"network interfaces {report['interfaces']}"),
         (not report["visible_host_paths"], f"host paths visible: {report['visible_host_paths']}"),

@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import IO
 
-from canvaslab.studies.commit_order.sandbox.jail import SandboxLimits, require_isolation
+from canvaslab.studies.commit_order.sandbox.jail import Isolation, Jail, SandboxLimits, require_isolation
 
 _CPU_LIMIT_STATUSES = {128 + signal.SIGXCPU, -signal.SIGXCPU}  # bwrap reports a signal's death as 128 + signal
 
@@ -44,18 +44,8 @@ def run_tests(
         )
         _fill(code_file, code.encode("utf-8"))
         _fill(setup_file, json.dumps({"entry_point": entry_point, "tests": tests, "prelude": prelude}).encode())
-        requests_read, requests_write = os.pipe()
-        replies_read, replies_write = os.pipe()
-        try:
-            candidate_fds = (code_file.fileno(), requests_read, replies_write)
-            candidate = stack.enter_context(isolation.start(
-                ["candidate", *map(str, candidate_fds), entry_point], limits, candidate_output, candidate_fds))
-            tests_fds = (setup_file.fileno(), requests_write, replies_read, verdict_file.fileno())
-            tester = stack.enter_context(isolation.start(
-                ["tests", *map(str, tests_fds), str(limits.max_message_bytes)], limits, tests_output, tests_fds))
-        finally:
-            for fd in (requests_read, requests_write, replies_read, replies_write):
-                os.close(fd)
+        candidate, tester = _start_jails(isolation, stack, limits, entry_point, code_file, setup_file,
+                                         (candidate_output, tests_output), verdict_file)
         candidate.attach()  # both started before either is waited for: their setups overlap
         finished = tester.wait(limits.timeout_s - (time.monotonic() - start))
         candidate_status = candidate.process.poll()  # None: still serving, as it should be
@@ -63,16 +53,35 @@ def run_tests(
         candidate.kill()
         elapsed = time.monotonic() - start
         verdict = _read_verdict(verdict_file) if finished and tests_status == 0 else None
-        timed_out = not finished or tests_status in _CPU_LIMIT_STATUSES or candidate_status in _CPU_LIMIT_STATUSES
+        timed_out = not finished or bool({tests_status, candidate_status} & _CPU_LIMIT_STATUSES)
         return SandboxResult(
             passed=verdict is not None and verdict["passed"] is True and not timed_out,
             timed_out=timed_out,
-            failure=_failure(verdict, finished, tests_status, candidate_status, timed_out),
+            failure=_failure(verdict, finished, tests_status, timed_out),
             calls=verdict["calls"] if verdict else 0,
             candidate_output=_tail(candidate_output, limits.max_output_chars),
             tests_output=_tail(tests_output, limits.max_output_chars),
             elapsed_s=elapsed,
         )
+
+
+def _start_jails(isolation: Isolation, stack: ExitStack, limits: SandboxLimits, entry_point: str,
+                 code_file: IO[bytes], setup_file: IO[bytes], outputs: tuple[IO[bytes], IO[bytes]],
+                 verdict_file: IO[bytes]) -> tuple[Jail, Jail]:
+    """The candidate's jail and the tests' jail, joined by a pipe each way; killed when ``stack`` ends."""
+    requests_read, requests_write = os.pipe()
+    replies_read, replies_write = os.pipe()
+    try:
+        candidate_fds = (code_file.fileno(), requests_read, replies_write)
+        candidate = stack.enter_context(isolation.start(
+            ["candidate", *map(str, candidate_fds), entry_point], limits, outputs[0], candidate_fds))
+        tests_fds = (setup_file.fileno(), requests_write, replies_read, verdict_file.fileno())
+        tester = stack.enter_context(isolation.start(
+            ["tests", *map(str, tests_fds), str(limits.max_message_bytes)], limits, outputs[1], tests_fds))
+    finally:  # the jails hold their own copies
+        for fd in (requests_read, requests_write, replies_read, replies_write):
+            os.close(fd)
+    return candidate, tester
 
 
 def _fill(handle: IO[bytes], data: bytes) -> None:
@@ -93,7 +102,7 @@ def _read_verdict(handle: IO[bytes]) -> dict[str, object] | None:
     return verdict
 
 
-def _failure(verdict, finished: bool, tests_status: int, candidate_status: int, timed_out: bool) -> str:  # noqa: ANN001
+def _failure(verdict: dict[str, object] | None, finished: bool, tests_status: int, timed_out: bool) -> str:
     if verdict is not None and verdict["passed"] is True and not timed_out:
         return ""
     if timed_out:
