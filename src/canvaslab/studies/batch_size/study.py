@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from canvaslab.capture import Capture, Recorder, compare_captures, detail
+from canvaslab.capture.canvas_path import CanvasPathRecorder, token_texts
 from canvaslab.capture.recorder import PassKey
+from canvaslab.capture.spread import positions_differing_per_pass
 from canvaslab.environment import environment_fingerprint
 from canvaslab.generation import generate
 from canvaslab.invariant import replaced_ops
@@ -69,10 +71,13 @@ class _Runner:
 
     def __call__(self, rows: list[list[int]], keep=None):
         recorder = Recorder(self.loaded.model, len(rows), keep=keep, record_ops=self.settings.record_ops)
+        path = CanvasPathRecorder()
         with recorder:
             output = generate(self.loaded, rows, seed=self.settings.seed, rng=self.settings.rng, mode=self.settings.mode,
-                              copy_prompt_cache=self.settings.copy_prompt_cache, observers=[recorder],
+                              copy_prompt_cache=self.settings.copy_prompt_cache, observers=[recorder, path],
                               generation=self.settings.generation)
+        # Row 0's denoising path rides on its row result: the report replays it pass by pass.
+        output.rows[0].canvas_path = path.path(output.rows[0].passes)
         return recorder.capture, output.rows[0]
 
 
@@ -136,6 +141,8 @@ def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_siz
         "row0_left_padded": padded,
         "passes_not_compared": [key.label() for key in skip],
         "signature": capture_signature(capture, ref_capture, skip),
+        "spread_per_pass": positions_differing_per_pass(ref_capture, capture, skip),
+        "canvas_path": row.canvas_path,
         "reference": _row_summary(ref_row),
         "run": _row_summary(row),
     }
@@ -176,6 +183,7 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
     runs: list[dict] = partial.get("runs", [])
     signatures: dict[str, dict[str, str]] = partial.get("signatures", {})
     repeat_identical = partial.get("repeat_control_identical")
+    reference_paths: dict[str, dict] = partial.get("reference_canvas_paths", {})
     done = {(r["prompt_id"], r["batch_size"]) for r in runs}
     run = _Runner(loaded, settings)
     skip = passes_not_compared(settings)
@@ -190,6 +198,7 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
         notify(f"{prompt.prompt_id}: B=1 reference")
         reference = run([ids])
         signatures.setdefault(prompt.prompt_id, {})["1"] = capture_signature(reference[0], skip=skip)
+        reference_paths[prompt.prompt_id] = reference[1].canvas_path
         if repeat_identical is None:
             notify(f"{prompt.prompt_id}: B=1 repeat control")
             repeat_identical = capture_signature(run([ids])[0], skip=skip) == signatures[prompt.prompt_id]["1"]
@@ -202,7 +211,8 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
             signatures[prompt.prompt_id][str(batch_size)] = result["signature"]
             if out_dir is not None:
                 write_json_atomic(out_dir / PARTIAL_FILE, {"study_key": key, "runs": runs, "signatures": signatures,
-                                                           "repeat_control_identical": repeat_identical})
+                                                           "repeat_control_identical": repeat_identical,
+                                                           "reference_canvas_paths": reference_paths})
     order = {(p.prompt_id, b): i for i, p in enumerate(prompts) for b in settings.batch_sizes}
     runs.sort(key=lambda r: order[(r["prompt_id"], r["batch_size"])])
     per_prompt = {pid: equivalence_classes({int(b): s for b, s in sigs.items()}) for pid, sigs in signatures.items()}
@@ -216,6 +226,9 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
         "equivalence_classes_per_prompt": per_prompt,
         "runs": runs,
         "summary": summarize(runs, classes, bool(repeat_identical)),
+        # Row 0's B=1 denoising path per prompt and the text of every token on a recorded path.
+        "reference_canvas_paths": reference_paths,
+        "canvas_token_text": token_texts(loaded.tokenizer, [*reference_paths.values(), *(r["canvas_path"] for r in runs)]),
     }
     if out_dir is not None:
         write_json_atomic(out_dir / RESULT_FILE, result)
