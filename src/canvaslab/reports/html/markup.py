@@ -18,10 +18,11 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, caption: str
           cls: str = "data", raw: bool = False) -> str:
     """An HTML table; cells are escaped unless ``raw`` (then they are trusted markup)."""
     cell = (lambda v: str(v)) if raw else esc
-    head = "".join(f'<th scope="col">{esc(h)}</th>' for h in headers)
+    head = "".join(f'<th scope="col">{esc(h)}</th>' for h in headers) if any(headers) else ""
+    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
     body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return f'<table class="{cls}">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return f'<table class="{cls}">{cap}{thead}<tbody>{body}</tbody></table>'
 
 
 def environment(env: dict[str, Any]) -> str:
