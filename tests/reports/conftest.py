@@ -108,8 +108,9 @@ def write_order_study(folder, generations=24, regimes=("math", "factual"), calls
                 accepted = accepted[1:]  # an un-accept
             call_list.append(AcceptCall(step=calls - c, accepted=accepted,
                                         entropy=np.round(rng.random(width) * 3, 3).tolist()))
-        traces.append(GenerationTrace(f"{regime}-{g // len(regimes) // 3}#{g % 3}", regime,
-                                      f"{regime}-{g // len(regimes) // 3}", g % 3, calls, content, call_list,
+        index = g // len(regimes)  # the regime's index-th generation: prompt index // 3, seed index % 3
+        prompt = f"{regime}-{index // 3}"
+        traces.append(GenerationTrace(f"{prompt}#{index % 3}", regime, prompt, index % 3, calls, content, call_list,
                                       correct=bool(rng.random() < 0.5)))
     write_traces(folder / "traces.jsonl", traces)
     metrics = compute_order_metrics(folder / "traces.jsonl", n_bootstrap=n_bootstrap)
