@@ -76,13 +76,15 @@ def _block_curves(study: OrderStudy, figs: figures.FigureSet, name: str) -> str:
         fig, ax = figures.plt.subplots(figsize=(6.4, 3.2), constrained_layout=True)
         for i, regime in enumerate(regimes):
             colour = figures.OKABE_ITO[i % 8]
-            for j, (label, curve) in enumerate(study.block_curves(regime).items()):
+            curves = study.block_curves(regime)
+            for j, (label, curve) in enumerate(curves.items()):
                 if curve:
                     bins = sorted(curve)
-                    ax.plot(bins, [curve[b] for b in bins], marker="osD^v"[i % 5], linestyle=styles[j % 3],
-                            color=colour, label=f"{regime}: {label}")
+                    control = "control" in label  # controls dotted and hollow: told apart without colour
+                    ax.plot(bins, [curve[b] for b in bins], marker="osD^v"[i % 5], linestyle=":" if control else styles[j % 2],
+                            color=colour, markerfacecolor="none" if control else colour, label=f"{regime}: {label}")
             control = study.regimes[regime].get("control_tau")
-            if isinstance(control, (int, float)):
+            if isinstance(control, (int, float)) and not any("control" in label for label in curves):
                 ax.axhline(control, color=colour, linestyle=(0, (1, 3)), linewidth=1,
                            label=f"{regime}: block-sequential control (blocks of 16)")
         ax.set_xscale("log", base=2)

@@ -20,7 +20,9 @@ STUDY = "commit_order"
 FILE = "order_metrics.json"
 TRACES_FILE = "traces.jsonl"
 # Block-tau curves the report draws, by key in a regime's summary, with their legend names.
-BLOCK_CURVES = {"block_tau": "block τ_b (bins)", "token_block_tau": "token-level block τ_b"}
+BLOCK_CURVES = {"block_tau": "block τ_b (bins)", "token_block_tau": "token-level block τ_b",
+                "control_block_tau": "block-sequential control (bins)",
+                "control_token_block_tau": "block-sequential control (token-level)"}
 
 
 @dataclass
