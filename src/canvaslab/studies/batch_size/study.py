@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from canvaslab.capture import Capture, Recorder, compare_captures, detail
+from canvaslab.capture.canvas_path import CanvasPathRecorder, token_texts
+from canvaslab.capture.spread import positions_differing_per_pass
 from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
@@ -82,10 +84,13 @@ class _Runner:
         padding = 0 if self.settings.copy_prompt_cache else max(map(len, rows)) - len(rows[row])
         recorder = Recorder(self.loaded.model, len(rows), keep=keep, record_ops=self.settings.record_ops, row=row,
                             prompt_padding=padding)
+        path = CanvasPathRecorder(row)
         with recorder:
             output = generate(self.loaded, rows, seed=self.settings.seed, rng=self.settings.rng, mode=self.settings.mode,
-                              copy_prompt_cache=self.settings.copy_prompt_cache, observers=[recorder],
+                              copy_prompt_cache=self.settings.copy_prompt_cache, observers=[recorder, path],
                               generation=self.settings.generation)
+        # The studied row's denoising path rides on its row result: the report replays it pass by pass.
+        output.rows[row].canvas_path = path.path(output.rows[row].passes)
         return recorder.capture, output.rows[row]
 
 
@@ -143,6 +148,8 @@ def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_siz
         "structure_changed": comparison.structure_changed,
         "left_padded": padded,
         "signature": capture_signature(capture, ref_capture),
+        "spread_per_pass": positions_differing_per_pass(ref_capture, capture),
+        "canvas_path": row.canvas_path,
         "reference": _row_summary(ref_row),
         "run": _row_summary(row),
     }
@@ -206,6 +213,7 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
     runs: list[dict] = partial.get("runs", [])
     signatures: dict[str, dict[str, str]] = partial.get("signatures", {})
     repeat = partial.get("repeat_control")
+    reference_paths: dict[str, dict] = partial.get("reference_canvas_paths", {})
     done = {(r["prompt_id"], r["batch_size"]) for r in runs}
     run = _Runner(loaded, settings)
     encoded = [loaded.tokenizer(p.text)["input_ids"] for p in prompts]
@@ -220,6 +228,7 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
         notify(len(runs), total, f"{prompt.prompt_id}: B=1 reference")
         reference = run([ids])
         signatures.setdefault(prompt.prompt_id, {})["1"] = capture_signature(reference[0])
+        reference_paths[prompt.prompt_id] = reference[1].canvas_path
         if repeat is None:
             notify(len(runs), total, f"{prompt.prompt_id}: B=1 repeat control ({settings.repeat_control})")
             repeat = run_repeat_control(loaded, settings, ids, signatures[prompt.prompt_id]["1"],
@@ -233,7 +242,8 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
             signatures[prompt.prompt_id][str(batch_size)] = result["signature"]
             if out_dir is not None:
                 write_json_atomic(out_dir / PARTIAL_FILE, {"study_key": key, "runs": runs, "signatures": signatures,
-                                                           "repeat_control": repeat})
+                                                           "repeat_control": repeat,
+                                                           "reference_canvas_paths": reference_paths})
     notify(len(runs), total, "")
     order = {(p.prompt_id, b): i for i, p in enumerate(prompts) for b in settings.batch_sizes}
     runs.sort(key=lambda r: order[(r["prompt_id"], r["batch_size"])])
@@ -249,6 +259,9 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
         "runs": runs,
         "repeat_control": repeat,
         "summary": summarize(runs, classes, bool(repeat and repeat["identical"])),
+        # Row 0's B=1 denoising path per prompt and the text of every token on a recorded path.
+        "reference_canvas_paths": reference_paths,
+        "canvas_token_text": token_texts(loaded.tokenizer, [*reference_paths.values(), *(r["canvas_path"] for r in runs)]),
     }
     if out_dir is not None:
         write_json_atomic(out_dir / RESULT_FILE, result)
