@@ -70,7 +70,7 @@ def test_results_at_a_glance_and_origins_come_from_the_summary_and_runs(study_fo
     assert rows["denoising passes matching B=1"] == "7 / 15"
     groups = origin_groups(study)
     assert [(g[2], g[3]) for g in groups] == [(2, "3-4"), (1, "2")]
-    assert groups[0][1] == "dec.0.router.proj::linear"
+    assert groups[0][1] == "dec.L0.router.proj:linear"  # reports.names.compact_module_path
 
 
 def test_op_scan_classes_put_b1s_class_first():
