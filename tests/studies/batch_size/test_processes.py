@@ -34,11 +34,11 @@ from canvaslab.models import load_model
 from canvaslab.prompts import builtin_prompts
 from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
 kill_after, started = int(sys.argv[2]), []
-def progress(message):
-    if "B=1" not in message:
+def progress(done, total, doing):
+    if doing and "B=1" not in doing:
         if kill_after and len(started) == kill_after:
             os._exit(137)
-        started.append(message)
+        started.append(doing)
 settings = BatchStudySettings(batch_sizes=[1, 2, 3], repeat_control="same-process",
                               generation={{"max_denoising_steps": {STEPS}}})
 run_batch_study(load_model("tiny"), builtin_prompts(1), settings, out_dir=sys.argv[1], progress=progress)
@@ -101,7 +101,7 @@ def test_other_hash_seed_differs_from_a_known_one():
 
 
 def test_repeat_control_choice_is_recorded(tmp_path):
-    main(["batch-study", "--prompts", "1", "--batch-sizes", "1", "--steps", str(STEPS),
+    main(["batch-study", "--prompts", "1", "--batch-sizes", "1,2", "--steps", str(STEPS),
           "--repeat-control", "same-process", "--out", str(tmp_path)])
     result = read_json(tmp_path / RESULT_FILE)
     assert result["config"]["settings"]["repeat_control"] == "same-process"

@@ -81,7 +81,7 @@ def test_interrupted_study_resumes_without_redoing_runs(tmp_path, tiny):
     with pytest.raises(KeyboardInterrupt):
         run_batch_study(tiny, prompts, settings, out_dir=tmp_path, progress=interrupt_after_first_run)
     # progress counts finished runs: 0 while the references and the first batched run ran
-    assert seen[:-1] == [(0, 4, "builtin-0: B=1 reference"), (0, 4, "builtin-0: B=1 repeat control"),
+    assert seen[:-1] == [(0, 4, "builtin-0: B=1 reference"), (0, 4, "builtin-0: B=1 repeat control (same-process)"),
                          (0, 4, "builtin-0: B=2")]
     assert seen[-1] == (1, 4, "builtin-0: B=3")
     partial = json.loads((tmp_path / PARTIAL_FILE).read_text())
