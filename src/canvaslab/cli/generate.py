@@ -12,6 +12,7 @@ from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate as generate_rows
 from canvaslab.models import load_model
+from canvaslab.studies.commit_order.prompting import encode_prompt
 
 
 @app.command("generate")
@@ -32,7 +33,8 @@ def generate(
     if any(not text.strip() for text in prompt):
         raise CanvaslabError("--prompt must not be empty")
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
-    ids = [loaded.tokenizer(text)["input_ids"] for text in prompt]
+    # A checkpoint with a chat template (the trained `mini`) gets its user turn, as the studies give it.
+    ids = [encode_prompt(loaded.tokenizer, text) for text in prompt]
     output = generate_rows(loaded, ids, seed=seed, rng=rng, mode=mode, generation=options.generation_overrides(steps, max_new_tokens))
     console = Console()
     for text, row in zip(prompt, output.rows):
