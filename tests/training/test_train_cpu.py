@@ -14,6 +14,7 @@ from transformers import DiffusionGemmaForBlockDiffusion, Gemma4ForCausalLM
 from canvaslab.generation import generate
 from canvaslab.models import load_model
 from canvaslab.models.mini import MINI_EOS_IDS, mini_config
+from canvaslab.studies.commit_order.baseline import load_causal_lm
 from canvaslab.studies.commit_order.prompting import encode_prompt
 from canvaslab.training.card import write_card
 from canvaslab.training.loop import TrainSettings
@@ -58,6 +59,8 @@ def test_checkpoint_round_trips_and_generates(trained):
     assert len(row.tokens) == 32 and 1 <= row.passes[0] <= 3
     sibling = Gemma4ForCausalLM.from_pretrained(out / "autoregressive", local_files_only=True)
     assert sibling.config.vocab_size == saved.config.text_config.vocab_size
+    baseline, tokenizer = load_causal_lm(out / "autoregressive")  # what `order-study --baseline` loads
+    assert type(baseline).__name__ == "Gemma4ForCausalLM" and encode_prompt(tokenizer, "hi")[:2] == [2, 105]
 
 
 @pytest.mark.slow
