@@ -83,6 +83,15 @@ def append_line(path: str | Path, line: str) -> bool:
     return dropped
 
 
+def repair_last_line(path: str | Path) -> bool:
+    """Apply ``append_line``'s torn-line rule to ``path`` without appending: True if a line was dropped."""
+    with Path(path).open("ab+") as handle:
+        dropped = _repair_tail(handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return dropped
+
+
 def _repair_tail(handle: Any) -> bool:
     """Make the file end at a line boundary: keep a complete last JSON record, drop a cut-short one."""
     size = handle.seek(0, os.SEEK_END)

@@ -80,6 +80,12 @@ def test_tau_b_equals_scipy_and_brute_force(cells):
     for size in BLOCK_BINS:
         bins = positions // size
         expected = None if len(set(bins)) < 2 else brute_force_tau_b(calls, bins)
+        assert measures.token_block_tau[size] == pytest.approx(expected, abs=1e-12)
+        # bin level: each non-empty bin's mean commit call against the bin's index
+        index = sorted(set(bins))
+        means = [np.mean(calls[bins == b]) for b in index]
+        defined = len(index) >= 2 and len(set(means)) >= 2
+        expected = brute_force_tau_b(np.array(means), np.array(index)) if defined else None
         assert measures.block_tau[size] == pytest.approx(expected, abs=1e-12)
 
 
@@ -113,7 +119,7 @@ def test_block_sequential_process_reproduces_the_control():
     assert measures.tau_b == pytest.approx(measures.control_tau, abs=1e-12)
     assert measures.control_tau == pytest.approx(expected, abs=1e-12)
     assert 0.9 < measures.control_tau < 1.0
-    assert measures.block_tau[16] == 1.0 and measures.tokens_per_call == 16.0
+    assert measures.token_block_tau[16] == 1.0 and measures.tokens_per_call == 16.0
 
 
 def test_one_call_traces_give_null_with_a_reason():
@@ -121,6 +127,8 @@ def test_one_call_traces_give_null_with_a_reason():
     assert measures.tau_b is None
     assert measures.undefined["tau_b"] == "all content positions committed in one call"
     assert all(measures.block_tau[size] is None for size in BLOCK_BINS)
+    assert all(measures.token_block_tau[size] is None for size in BLOCK_BINS)
+    assert measures.undefined["block_tau_4"] == "all bins have the same mean commit call"
     assert measures.same_call_fraction == 1.0 and measures.tokens_per_call == 40.0
     single = measure_generation(trace_from_commits([0, 1, 2], content=[True, False, False]))
     assert single.tau_b is None and single.undefined["tau_b"] == "fewer than 2 committed content positions"
@@ -133,6 +141,67 @@ def test_one_call_traces_give_null_with_a_reason():
     one_call = "all content positions committed in one call"
     assert regime["undefined"]["tau_b"] == {"n": 2, "reasons": {one_call: 2}}
     assert regime["null_reasons"]["tau_b"] == "undefined in every generation"
+
+
+def ties_only_tau_b(n_items: int, group: int) -> float:
+    """tau_b of (i // group, i) for i < n_items: no discordant pair, ``group``-sized ties in x only."""
+    pairs = n_items * (n_items - 1) / 2
+    ties = (n_items // group) * group * (group - 1) / 2
+    return math.sqrt((pairs - ties) / pairs)
+
+
+def test_block_tau_of_a_strictly_left_to_right_process_is_one_at_every_bin_size():
+    measures = measure_generation(trace_from_commits(list(range(256))))
+    assert measures.block_tau == pytest.approx({size: 1.0 for size in BLOCK_BINS}, abs=1e-12)
+    # the token-level measure falls with bin size on the same process (why it is not the paper's)
+    token = [measures.token_block_tau[size] for size in BLOCK_BINS]
+    assert all(a > b for a, b in zip(token, token[1:])) and token[0] > 0.99 and token[-1] < 0.87  # 0.994 -> 0.868
+
+
+def test_block_tau_reaches_one_exactly_at_16_for_a_block_autoregressive_process():
+    """Block k of 16 positions all committed on call k: bins of 16 and more hold whole blocks, so their
+    mean calls strictly increase (tau 1); bins of 4 (8) share a block's call four (two) at a time, tied."""
+    measures = measure_generation(trace_from_commits([p // 16 for p in range(256)]))
+    assert measures.block_tau[4] == pytest.approx(ties_only_tau_b(64, 4), abs=1e-12)  # 0.976
+    assert measures.block_tau[8] == pytest.approx(ties_only_tau_b(32, 2), abs=1e-12)  # 0.984
+    assert [measures.block_tau[size] for size in (16, 32, 64)] == pytest.approx([1, 1, 1], abs=1e-12)
+    assert measures.control_block_tau == measures.block_tau  # the control is this very process
+
+    # Random order inside each block (block k on calls 16k..16k+15): bins below 16 split a block and
+    # their means fall in random order inside it (pairs across blocks stay concordant: tau near
+    # 1920/2016 at 4 and 480/496 at 8); from 16 on, bins are ordered by block. 1 is reached exactly at 16.
+    rng = np.random.default_rng(0)
+    commits = [16 * (p // 16) + int(rng.integers(16)) for p in range(256)]
+    shuffled = measure_generation(trace_from_commits(commits))
+    assert 0.9 < shuffled.block_tau[4] < 1 and 0.9 < shuffled.block_tau[8] < 1
+    assert [shuffled.block_tau[size] for size in (16, 32, 64)] == pytest.approx([1, 1, 1], abs=1e-12)
+
+
+def test_block_tau_of_a_partially_ordered_process_rises_with_bin_size():
+    """A drift to the right plus large per-position noise (token tau about 0.5): averaging a bin's calls
+    cancels the noise, so order shows more clearly at coarser bins, as seed 003 reports."""
+    rng = np.random.default_rng(1)
+    traces = []
+    for index in range(40):
+        commits = np.clip(np.round(np.arange(256) / 16 + rng.normal(0, 5, 256)), 0, None).astype(int)
+        traces.append(trace_from_commits(commits.tolist(), gid=str(index), prompt=str(index % 10), seed=index))
+    regime = compute_order_metrics(traces, n_bootstrap=200)["regimes"]["r"]
+    rising = [regime["block_tau"][str(size)] for size in BLOCK_BINS]
+    assert all(a < b for a, b in zip(rising, rising[1:])) and rising[-1] - rising[0] > 0.2  # 0.71 -> 1.0
+    assert 0.3 < regime["tau_b"] < 0.6
+    for size in BLOCK_BINS:
+        low, high = regime["block_tau_ci"][str(size)]
+        assert low <= regime["block_tau"][str(size)] <= high
+    token = [regime["token_block_tau"][str(size)] for size in BLOCK_BINS]
+    assert max(token) - min(token) < 0.1  # flat: the token-level measure does not see the coarse order
+
+
+def test_block_tau_uses_nonempty_bins_and_is_null_with_fewer_than_two():
+    # positions 0-3 and 8-9 committed (4-7 never accepted): bins of 4 are {0..3} and {8, 9}; bin 1 is empty
+    measures = measure_generation(trace_from_commits([1, 0, 1, 0, -1, -1, -1, -1, 2, 3]))
+    assert measures.block_tau[4] == pytest.approx(1.0, abs=1e-12)  # means 0.5 (bin 0) and 2.5 (bin 2)
+    assert measures.block_tau[16] is None
+    assert measures.undefined["block_tau_16"] == "fewer than 2 non-empty bins of 16"
 
 
 # ---------------------------------------------------------------- batching, un-accepts, entropy
@@ -205,6 +274,7 @@ def test_regime_value_is_the_mean_of_generation_values():
     regime = metrics["regimes"]["math"]
     assert regime["tau_b"] == pytest.approx(np.mean([m.tau_b for m in math_rows]))
     assert regime["block_tau"]["16"] == pytest.approx(np.mean([m.block_tau[16] for m in math_rows]))
+    assert regime["token_block_tau"]["16"] == pytest.approx(np.mean([m.token_block_tau[16] for m in math_rows]))
     assert regime["n_generations"] == 24 and regime["n_prompts"] == 8
     assert regime["tau_b_ci"] is None and "bootstrap disabled" in regime["null_reasons"]["tau_b_ci"]
     assert list(metrics["regimes"]) == ["math", "factual"]
@@ -252,7 +322,7 @@ def test_auroc_matches_sklearn_and_is_null_for_one_class():
     assert regime["auroc"] == pytest.approx(expected) and regime["auroc"] > 0.9
     assert regime["accuracy"] == pytest.approx(np.mean(labels))
     pooled = metrics["pooled_auroc"]
-    assert pooled["simpson_prone"] is True and "Simpson" in pooled["note"] and pooled["n"] == 48
+    assert "Simpson" in pooled["note"] and pooled["n"] == 48
 
     all_correct = [trace_from_commits([0, 1], gid=str(i), prompt=str(i), correct=True) for i in range(4)]
     regime = compute_order_metrics(all_correct, n_bootstrap=50)["regimes"]["r"]
@@ -262,6 +332,68 @@ def test_auroc_matches_sklearn_and_is_null_for_one_class():
 
     unscored = compute_order_metrics([trace_from_commits([0, 1])], n_bootstrap=10)["regimes"]["r"]
     assert unscored["accuracy"] is None and "correct is null" in unscored["null_reasons"]["auroc"]
+
+
+def scored_regime(regime, accuracy, level, rng, n=24, informative=True):
+    """Generations of one regime around entropy ``level``; informative: correct ones are the most confident."""
+    entropy = level * (1 + rng.random(n))
+    order = np.argsort(entropy)
+    correct = np.zeros(n, dtype=bool)
+    correct[order[: round(accuracy * n)]] = True
+    if not informative:
+        correct = rng.permutation(correct)
+    return [
+        trace_from_commits([0, 1], gid=f"{regime}-{i}", regime=regime, prompt=f"{regime}-{i // 2}", seed=i % 2,
+                           correct=bool(c), entropy=lambda call, p, e=e: e)
+        for i, (e, c) in enumerate(zip(entropy, correct))
+    ]
+
+
+def test_simpson_flag_fires_when_pooling_reverses_the_within_regime_direction():
+    """Both regimes: confident = correct (AUROC 1). The accurate regime runs at 10x the entropy of the
+    inaccurate one, so pooled, confidence points to the wrong answers: AUROC below 0.5."""
+    rng = np.random.default_rng(0)
+    traces = scored_regime("easy", 0.9, 0.01, rng) + scored_regime("hard", 0.1, 0.001, rng)
+    metrics = compute_order_metrics(traces, n_bootstrap=100)
+    pooled = metrics["pooled_auroc"]
+    assert [metrics["regimes"][r]["auroc"] for r in ("easy", "hard")] == [1.0, 1.0]
+    assert pooled["value"] < 0.5 and pooled["simpson_prone"] is True
+    assert pooled["simpson_criteria"]["opposite_side_of_chance"] is True
+    assert pooled["simpson_criteria"]["outside_every_within_ci"] is True
+
+
+def test_simpson_flag_stays_down_when_pooling_agrees_with_the_regimes():
+    rng = np.random.default_rng(0)
+    traces = scored_regime("a", 0.5, 0.01, rng) + scored_regime("b", 0.5, 0.01, rng)
+    pooled = compute_order_metrics(traces, n_bootstrap=100)["pooled_auroc"]
+    assert pooled["value"] > 0.9 and pooled["simpson_prone"] is False
+    assert pooled["simpson_criteria"] == {
+        "opposite_side_of_chance": False, "outside_every_within_ci": False,
+        "regimes_compared": ["a", "b"], "regimes_off_chance": ["a", "b"],
+    }
+
+
+def test_simpson_flag_ignores_a_regime_at_chance_as_in_seed_003():
+    """Math informative, factual at chance (its CI holds 0.5), pooled below 0.5: seed 003's case. The
+    pooled value sits inside factual's CI, so only the direction criterion can see it."""
+    rng = np.random.default_rng(0)
+    traces = scored_regime("math", 0.8, 0.01, rng, n=40) + scored_regime("factual", 0.5, 0.004, rng, n=40,
+                                                                         informative=False)
+    metrics = compute_order_metrics(traces, n_bootstrap=200)
+    low, high = metrics["regimes"]["factual"]["auroc_ci"]
+    pooled = metrics["pooled_auroc"]
+    assert low < 0.5 < high and metrics["regimes"]["math"]["auroc_ci"][0] > 0.5
+    assert low < pooled["value"] < min(0.5, metrics["regimes"]["factual"]["auroc"])  # 0.404 < 0.43, as 0.437 < 0.471
+    assert pooled["simpson_prone"] is True
+    assert pooled["simpson_criteria"]["outside_every_within_ci"] is False
+    assert pooled["simpson_criteria"]["regimes_off_chance"] == ["math"]
+
+
+def test_simpson_flag_is_null_with_fewer_than_two_regimes():
+    rng = np.random.default_rng(0)
+    pooled = compute_order_metrics(scored_regime("a", 0.5, 0.01, rng), n_bootstrap=50)["pooled_auroc"]
+    assert pooled["value"] == 1.0 and pooled["simpson_prone"] is None
+    assert pooled["simpson_reason"] == "fewer than 2 regimes with a within-regime AUROC"
 
 
 def test_reliability_gives_accuracy_by_entropy_tertile():

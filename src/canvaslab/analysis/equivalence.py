@@ -6,26 +6,21 @@ declared inside ``+-margin`` only if both "mean <= -margin" and "mean >= +margin
 small or noisy sample ends "inconclusive" rather than "equivalent". The margin must be fixed before
 the data are seen (the noise study's plan holds it).
 
-When every difference is the same (zero variance, common when a measure is all 0 or all 1) the t
-statistics are undefined; the mean is then exact and the decision is made on it directly: p-values of
-0 or 1, a zero-width interval.
+When every difference is the same (zero variance, common when a measure is all 0 or all 1 in both
+classes) the t statistics are undefined: there is no test, so nothing is concluded. The verdict is
+``degenerate: zero variance`` with no p-values and no interval, whatever the mean and however many
+pairs; it never counts as equivalence (a study of four identical zeros has not shown anything).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np
 from scipy import stats
 
-VERDICTS = ("equivalent", "different", "inconclusive", "insufficient data")
-
-
-def _degenerate(mean: float, margin: float) -> tuple[float, float, float, list[float]]:
-    p_lower = 0.0 if mean > -margin else 1.0
-    p_upper = 0.0 if mean < margin else 1.0
-    return p_lower, p_upper, (1.0 if mean == 0 else 0.0), [mean, mean]
+DEGENERATE = "degenerate: zero variance"
+VERDICTS = ("equivalent", "different", "inconclusive", "insufficient data", DEGENERATE)
 
 
 def _t_tests(d: np.ndarray, margin: float, ci_level: float) -> tuple[float, float, float, list[float]]:
@@ -42,7 +37,8 @@ def paired_equivalence(differences: Sequence[float], margin: float, *, alpha: fl
 
     Verdict: ``equivalent`` if the TOST p-value (the larger one-sided p) is below ``alpha``; otherwise
     ``different`` if the two-sided t-test p-value is below ``alpha``; otherwise ``inconclusive``; with
-    fewer than 2 pairs, ``insufficient data``.
+    fewer than 2 pairs, ``insufficient data``; with every difference equal, ``degenerate: zero variance``
+    (p-values and CI null).
     """
     d = np.asarray(differences, dtype=np.float64)
     result: dict[str, Any] = {"n_pairs": int(d.size), "margin": margin, "mean_difference": None, "sd": None,
@@ -52,11 +48,14 @@ def paired_equivalence(differences: Sequence[float], margin: float, *, alpha: fl
         if d.size == 1:
             result["mean_difference"] = float(d[0])
         return result
+    if np.all(d == d[0]):  # compared exactly: a rounded mean can give equal values an sd of 1e-18
+        result.update(mean_difference=float(d[0]), sd=0.0, verdict=DEGENERATE)
+        return result
     mean, sd = float(d.mean()), float(d.std(ddof=1))
-    degenerate = sd == 0 or not math.isfinite(sd)
-    p_lower, p_upper, p_two, ci = _degenerate(mean, margin) if degenerate else _t_tests(d, margin, ci_level)
+    result.update(mean_difference=mean, sd=sd)
+    p_lower, p_upper, p_two, ci = _t_tests(d, margin, ci_level)
     tost_p = max(p_lower, p_upper)
     verdict = "equivalent" if tost_p < alpha else "different" if p_two < alpha else "inconclusive"
-    result.update(mean_difference=mean, sd=sd, ci=ci, p_lower=p_lower, p_upper=p_upper, tost_p=tost_p,
+    result.update(ci=ci, p_lower=p_lower, p_upper=p_upper, tost_p=tost_p,
                   p_two_sided=p_two, verdict=verdict)
     return result

@@ -34,14 +34,19 @@ CONTROL_BLOCK = 16
 CI_LEVEL = 0.95
 DEFINITIONS = "docs/trace-format.md"
 SIMPSON_NOTE = (
-    "Pooling regimes mixes different base accuracies and entropy scales and is Simpson-prone: seed 003 "
-    "found pooled 0.437 while math alone was 0.749. Report the within-regime auroc; this is a diagnostic."
+    "Pooling regimes mixes different base accuracies and entropy scales: seed 003 found pooled 0.437 while "
+    "math alone was 0.749. simpson_prone tests for that Simpson reversal here (definition: docs/trace-format.md). "
+    "Report the within-regime auroc; the pooled value is a diagnostic."
 )
+CHANCE = 0.5
 
 # Why a per-generation measure is null.
 FEWER_THAN_TWO = "fewer than 2 committed content positions"
 NO_COMMITTED = "no committed content positions"
 ONE_CALL = "all content positions committed in one call"
+SAME_BIN_MEANS = "all bins have the same mean commit call"
+# The measures with one value per bin size.
+PER_BIN = ("block_tau", "token_block_tau", "control_block_tau", "control_token_block_tau")
 
 
 @dataclass
@@ -61,7 +66,10 @@ class GenerationMeasures:
     monotone: bool
     tau_b: float | None
     block_tau: dict[int, float | None]
+    token_block_tau: dict[int, float | None]
     control_tau: float | None
+    control_block_tau: dict[int, float | None]
+    control_token_block_tau: dict[int, float | None]
     tokens_per_call: float | None
     same_call_fraction: float | None
     commit_entropy: float | None
@@ -69,7 +77,8 @@ class GenerationMeasures:
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
-        values["block_tau"] = {str(b): v for b, v in self.block_tau.items()}
+        for name in PER_BIN:
+            values[name] = {str(b): v for b, v in getattr(self, name).items()}
         return values
 
 
@@ -108,7 +117,16 @@ def measure_generation(trace: GenerationTrace) -> GenerationMeasures:
         monotone=unaccepts == 0,
         tau_b=keep("tau_b", _tau_b(calls, positions, ONE_CALL)),
         block_tau={b: keep(f"block_tau_{b}", _block_tau(calls, positions, b)) for b in BLOCK_BINS},
+        token_block_tau={b: keep(f"token_block_tau_{b}", _token_block_tau(calls, positions, b)) for b in BLOCK_BINS},
         control_tau=keep("control_tau", _control_tau(positions)),
+        control_block_tau={
+            b: keep(f"control_block_tau_{b}", _block_tau(positions // CONTROL_BLOCK, positions, b))
+            for b in BLOCK_BINS
+        },
+        control_token_block_tau={
+            b: keep(f"control_token_block_tau_{b}", _token_block_tau(positions // CONTROL_BLOCK, positions, b))
+            for b in BLOCK_BINS
+        },
         tokens_per_call=keep("tokens_per_call", _tokens_per_call(calls)),
         same_call_fraction=keep("same_call_fraction", _same_call_fraction(calls)),
         commit_entropy=keep("commit_entropy", _commit_entropy(entropy, calls, positions)),
@@ -158,7 +176,28 @@ def _tau_b(
 
 
 def _block_tau(calls: np.ndarray, positions: np.ndarray, size: int) -> tuple[float | None, str | None]:
-    """tau_b between commit call and position // size: order at the granularity of bins of ``size``."""
+    """Bin-level block tau (seed 003's): tau_b between each bin's mean commit call and the bin's index.
+
+    Bins are position // size; only bins holding a committed content position take part (a bin with
+    one position has that position's call as its mean). Averaging a bin's calls cancels disorder inside
+    the bin, so the value rises with ``size`` for a process with a coarse left-to-right drift, and is 1
+    at every size for a strictly left-to-right one.
+    """
+    if calls.size == 0:
+        return None, NO_COMMITTED
+    bins, inverse = np.unique(positions // size, return_inverse=True)
+    if bins.size < 2:
+        return None, f"fewer than 2 non-empty bins of {size}"
+    means = np.bincount(inverse, weights=calls) / np.bincount(inverse)
+    return _tau_b(means, bins, SAME_BIN_MEANS)
+
+
+def _token_block_tau(calls: np.ndarray, positions: np.ndarray, size: int) -> tuple[float | None, str | None]:
+    """Token-level block tau: tau_b between each position's commit call and its bin, position // size.
+
+    Not the paper's measure: the ties that coarser bins add make it fall with ``size`` even for a strictly
+    left-to-right process; kept because it peaks at the block size of a block-autoregressive process.
+    """
     return _tau_b(calls, positions // size, ONE_CALL, f"all content positions in one bin of {size}")
 
 
@@ -237,6 +276,7 @@ def aggregate_order_metrics(
     by_regime: dict[str, list[GenerationMeasures]] = {}
     for row in measures:
         by_regime.setdefault(row.regime, []).append(row)
+    regimes = {name: summarize_regime(rows, n_bootstrap, seed) for name, rows in by_regime.items()}
     return {
         "source": source,
         "n_generations": len(measures),
@@ -244,8 +284,8 @@ def aggregate_order_metrics(
         "bootstrap_seed": seed,
         "ci_level": CI_LEVEL,
         "definitions": DEFINITIONS,
-        "regimes": {name: summarize_regime(rows, n_bootstrap, seed) for name, rows in by_regime.items()},
-        "pooled_auroc": _pooled_auroc(measures),
+        "regimes": regimes,
+        "pooled_auroc": _pooled_auroc(measures, regimes),
     }
 
 
@@ -273,21 +313,29 @@ def summarize_regime(rows: Sequence[GenerationMeasures], n_bootstrap: int, seed:
 def _order_summary(
     rows: Sequence[GenerationMeasures], weights: np.ndarray, notes: dict[str, str]
 ) -> dict[str, Any]:
-    """tau_b (+ CI), block tau per bin, the block-sequential control, and tau_b on monotone generations."""
-    tau = _as_array([row.tau_b for row in rows])
-    tau_ci = bootstrap_mean_ci(tau, weights, [row.prompt_id for row in rows])
+    """tau_b and both block taus per bin (+ CIs), the block-sequential control, tau_b on monotone generations."""
+    prompt_ids = [row.prompt_id for row in rows]
+
+    def mean_and_ci(values: Sequence[float | None], name: str) -> tuple[float | None, list[float] | None]:
+        array = _as_array(values)
+        return _mean(array, name, notes), _note(notes, f"{name}_ci", *bootstrap_mean_ci(array, weights, prompt_ids))
+
+    summary: dict[str, Any] = {}
+    summary["tau_b"], summary["tau_b_ci"] = mean_and_ci([row.tau_b for row in rows], "tau_b")
+    for name in ("block_tau", "token_block_tau"):
+        per_bin = {b: mean_and_ci([getattr(row, name)[b] for row in rows], f"{name}_{b}") for b in BLOCK_BINS}
+        summary[name] = {str(b): value for b, (value, _) in per_bin.items()}
+        summary[f"{name}_ci"] = {str(b): ci for b, (_, ci) in per_bin.items()}
+    summary["control_tau"] = _mean([row.control_tau for row in rows], "control_tau", notes)
+    for name in ("control_block_tau", "control_token_block_tau"):
+        summary[name] = {
+            str(b): _mean([getattr(row, name)[b] for row in rows], f"{name}_{b}", notes) for b in BLOCK_BINS
+        }
     monotone = [row.tau_b for row in rows if row.monotone]
     if not monotone:
         notes["tau_b_monotone"] = "no monotone generations"
-    return {
-        "tau_b": _mean(tau, "tau_b", notes),
-        "tau_b_ci": _note(notes, "tau_b_ci", *tau_ci),
-        "block_tau": {
-            str(b): _mean([row.block_tau[b] for row in rows], f"block_tau_{b}", notes) for b in BLOCK_BINS
-        },
-        "control_tau": _mean([row.control_tau for row in rows], "control_tau", notes),
-        "tau_b_monotone": _mean(monotone, "tau_b_monotone", notes) if monotone else None,
-    }
+    summary["tau_b_monotone"] = _mean(monotone, "tau_b_monotone", notes) if monotone else None
+    return summary
 
 
 def _commit_summary(rows: Sequence[GenerationMeasures], notes: dict[str, str]) -> dict[str, Any]:
@@ -469,15 +517,63 @@ def reliability_by_tertile(entropy: np.ndarray, correct: np.ndarray) -> list[dic
     return curve
 
 
-def _pooled_auroc(measures: Sequence[GenerationMeasures]) -> dict[str, Any]:
+def _pooled_auroc(measures: Sequence[GenerationMeasures], regimes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The AUROC over all regimes together, as a diagnostic, and the Simpson test against the regimes'."""
     usable = [row for row in measures if row.correct is not None and row.commit_entropy is not None]
     labels = np.array([bool(row.correct) for row in usable])
     scores = -np.array([row.commit_entropy for row in usable], dtype=np.float64)
     value, reason = auroc(labels, scores)
-    pooled = {"value": value, "n": len(usable), "simpson_prone": True, "note": SIMPSON_NOTE}
+    pooled: dict[str, Any] = {"value": value, "n": len(usable)}
     if reason is not None:
         pooled["reason"] = reason
+    flag, criteria, why = simpson_test(value, regimes)
+    pooled.update(simpson_prone=flag, simpson_criteria=criteria, note=SIMPSON_NOTE)
+    if why is not None:
+        pooled["simpson_reason"] = why
     return pooled
+
+
+def simpson_test(
+    pooled: float | None, regimes: dict[str, dict[str, Any]]
+) -> tuple[bool | None, dict[str, Any] | None, str | None]:
+    """Does pooling misrepresent the within-regime AUROCs? (flag, criteria, why the flag is null).
+
+    Compared: the regimes whose within-regime AUROC is defined (at least 2 needed). The flag is raised
+    when either criterion holds:
+
+    - ``opposite_side_of_chance``: the pooled AUROC is strictly on one side of 0.5 and every regime
+      off chance has its AUROC strictly on the other (at least one such regime). A regime is off chance
+      when its CI excludes 0.5, or, without a CI, when its AUROC is not 0.5; a regime whose CI holds 0.5
+      has no direction to reverse and is not asked (seed 003: math 0.749 above, factual 0.471 at chance,
+      pooled 0.437 below).
+    - ``outside_every_within_ci``: the pooled AUROC lies outside the CI of every compared regime
+      (null when one of them has no CI).
+    """
+    within = {name: (s["auroc"], s["auroc_ci"]) for name, s in regimes.items() if s["auroc"] is not None}
+    if pooled is None:
+        return None, None, "the pooled AUROC is undefined"
+    if len(within) < 2:
+        return None, None, "fewer than 2 regimes with a within-regime AUROC"
+    off_chance = {name: value for name, (value, ci) in within.items() if _off_chance(value, ci)}
+    side = _side_of_chance(pooled)
+    opposite = bool(off_chance) and side != 0 and all(_side_of_chance(v) == -side for v in off_chance.values())
+    cis = [ci for _, ci in within.values()]
+    outside = None if any(ci is None for ci in cis) else all(not ci[0] <= pooled <= ci[1] for ci in cis)
+    criteria = {
+        "opposite_side_of_chance": opposite,
+        "outside_every_within_ci": outside,
+        "regimes_compared": list(within),
+        "regimes_off_chance": list(off_chance),
+    }
+    return opposite or bool(outside), criteria, None
+
+
+def _off_chance(value: float, ci: list[float] | None) -> bool:
+    return value != CHANCE if ci is None else not ci[0] <= CHANCE <= ci[1]
+
+
+def _side_of_chance(value: float) -> int:
+    return int(value > CHANCE) - int(value < CHANCE)
 
 
 # ---------------------------------------------------------------- small helpers

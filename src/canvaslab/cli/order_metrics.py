@@ -94,4 +94,7 @@ def _with_ci(value: float | None, ci: list[float] | None) -> str:
 
 def _pooled_line(pooled: dict[str, Any]) -> str:
     value = _number(pooled["value"])
-    return f"pooled AUROC {value} over {pooled['n']} generations: Simpson-prone, report within-regime AUROC"
+    flag = pooled["simpson_prone"]
+    test = {True: "Simpson flag RAISED (pooling misrepresents the regimes)", False: "Simpson flag not raised",
+            None: f"Simpson test undefined ({pooled.get('simpson_reason')})"}[flag]
+    return f"pooled AUROC {value} over {pooled['n']} generations, a diagnostic: {test}; report within-regime AUROC"

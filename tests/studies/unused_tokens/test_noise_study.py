@@ -17,7 +17,8 @@ import torch
 from scipy import stats
 
 from canvaslab.analysis.equivalence import paired_equivalence
-from canvaslab.analysis.noise_study import noise_study_effects
+from canvaslab.analysis.equivalence import DEGENERATE
+from canvaslab.analysis.noise_study import conclusion, noise_study_effects
 from canvaslab.cli.main import main
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
@@ -33,6 +34,7 @@ from canvaslab.studies.unused_tokens.plan import (
     canonical_json,
     hash_plan_dict,
     load_plan,
+    plan_deviations,
     plan_hash,
     save_plan,
 )
@@ -41,8 +43,8 @@ from canvaslab.studies.unused_tokens.results_log import ResultsLog
 from canvaslab.studies.unused_tokens.token_pools import RARE_POOL_SIZE, build_token_pools
 
 REPORT_KEYS = {"study", "plan_hash", "plan_file", "question", "design", "conditions_total", "conditions_run",
-               "conditions_run_this_time", "complete", "execution", "class_means", "effects", "conclusion",
-               "safeguard", "environment"}
+               "complete", "execution", "class_means", "effects", "conclusion", "safeguard",
+               "deviations_from_plan", "environment"}
 EFFECT_KEYS = {"comparison", "outcome", "primary", "n_pairs", "margin", "mean_difference", "sd", "ci", "ci_level",
                "p_lower", "p_upper", "tost_p", "p_two_sided", "verdict"}
 
@@ -193,9 +195,30 @@ def test_verdicts_follow_the_decision_rule():
     assert paired_equivalence(rng.normal(0.5, 0.01, 200), 0.05)["verdict"] == "different"
     assert paired_equivalence([0.3, -0.3, 0.2], 0.05)["verdict"] == "inconclusive"
     assert paired_equivalence([0.1], 0.05)["verdict"] == "insufficient data"
-    flat = paired_equivalence([0.0] * 5, 0.05)  # zero variance: the mean is exact
-    assert flat["verdict"] == "equivalent" and flat["ci"] == [0.0, 0.0] and flat["tost_p"] == 0.0
-    assert paired_equivalence([0.2] * 5, 0.05)["verdict"] == "different"
+
+
+@pytest.mark.parametrize("value", [0.0, 0.01, 0.2, -1.0])
+@pytest.mark.parametrize("n", [2, 5, 400])
+def test_zero_variance_is_reported_as_degenerate_never_as_equivalence(value, n):
+    """All paired differences equal: the t statistics are undefined, so there is no test to pass."""
+    flat = paired_equivalence([value] * n, 0.05)
+    assert flat["verdict"] == DEGENERATE == "degenerate: zero variance"
+    assert flat["tost_p"] is flat["p_lower"] is flat["p_upper"] is flat["p_two_sided"] is flat["ci"] is None
+    assert flat["mean_difference"] == value and flat["sd"] == 0.0 and flat["n_pairs"] == n
+
+
+def test_degenerate_primary_outcomes_make_the_answer_inconclusive():
+    effects = [{"comparison": c, "outcome": "keeps", "mean_difference": 0.0, "verdict": DEGENERATE}
+               for c in ("unused - random", "unused - rare")]
+    assert conclusion(effects, "keeps")["answer"] == "inconclusive"
+    assert conclusion([dict(e, verdict="equivalent") for e in effects], "keeps")["answer"] == "no"
+
+
+def test_the_plan_states_the_zero_variance_rule():
+    plan = _plan()
+    assert plan.schema == "canvaslab.noise-study.plan/2"
+    assert "degenerate: zero variance" in plan.analysis.decision_rule
+    assert "never counted as equivalent" in plan.analysis.decision_rule
 
 
 def test_effects_pair_each_cell_unused_minus_control():
@@ -247,6 +270,17 @@ def test_results_log_drops_a_torn_last_line_and_refuses_a_damaged_one(tmp_path):
         log.read()
 
 
+def test_results_log_keeps_a_complete_last_record_that_lacks_its_newline(tmp_path):
+    """A kill between a record's last byte and its newline leaves a finished result: it is kept (and the
+    newline added), the rule ``append_line`` applies, not dropped and run again."""
+    log = ResultsLog(tmp_path / RESULTS_FILE)
+    log.append({"condition_id": "a"})
+    log.append({"condition_id": "b"})
+    intact = log.path.read_bytes()
+    log.path.write_bytes(intact[:-1])
+    assert [r["condition_id"] for r in log.read()] == ["a", "b"] and log.path.read_bytes() == intact
+
+
 def test_base_noise_is_the_canvas_generate_would_draw_itself(tiny):
     plan = _plan()
     condition = enumerate_conditions(plan)[0]
@@ -284,6 +318,50 @@ def resumed(tiny, tmp_path_factory):
     return {"dir": directory, "first": first, "second": second, "calls": calls, "report": report}
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tiny, tmp_path_factory):
+    """The small design run in one go, batch size 4 (as ``resumed``): the reference of every resume."""
+    directory = tmp_path_factory.mktemp("uninterrupted")
+    _register(directory)
+    run_noise_study(directory, tiny, batch_size=4)
+    return directory
+
+
+def test_a_killed_and_resumed_run_writes_the_same_report_as_an_uninterrupted_one(resumed, uninterrupted):
+    assert (resumed["dir"] / REPORT_FILE).read_bytes() == (uninterrupted / REPORT_FILE).read_bytes()
+    assert _lines(resumed["dir"]) == _lines(uninterrupted)  # the same results, line for line
+
+
+def _line_ends(directory: Path) -> list[int]:
+    """Byte offset just after each line of results.jsonl (line 1 is the baseline, then condition 1, ...)."""
+    raw = (directory / RESULTS_FILE).read_bytes()
+    return [index + 1 for index, byte in enumerate(raw) if byte == ord("\n")]
+
+
+@pytest.mark.parametrize("cut", ["torn inside condition 6", "condition 11 without its newline"])
+def test_resuming_a_results_file_cut_anywhere_gives_the_identical_report(tiny, uninterrupted, tmp_path, cut):
+    """A kill leaves a prefix of results.jsonl. Cut inside condition 6 (the second batch of 4 is half
+    done: its safeguard batch must be rerun whole) or just before condition 11's newline (a finished
+    record: kept, not rerun); either way the resumed run reports exactly what the uninterrupted one did."""
+    ends = _line_ends(uninterrupted)
+    offset = {"torn inside condition 6": ends[5] + 40, "condition 11 without its newline": ends[11] - 1}[cut]
+    directory = tmp_path / "resumed"
+    directory.mkdir()
+    for name in (PLAN_FILE, HASH_FILE):
+        shutil.copy(uninterrupted / name, directory / name)
+    (directory / RESULTS_FILE).write_bytes((uninterrupted / RESULTS_FILE).read_bytes()[:offset])
+    ran: list[str] = []
+    run_noise_study(directory, tiny, batch_size=4, progress=lambda d, t, cid: ran.append(cid))
+    assert len(ran) == {"torn inside condition 6": 7, "condition 11 without its newline": 1}[cut]
+    assert (directory / RESULTS_FILE).read_bytes() == (uninterrupted / RESULTS_FILE).read_bytes()
+    assert (directory / REPORT_FILE).read_bytes() == (uninterrupted / REPORT_FILE).read_bytes()
+
+
+def test_resume_refuses_another_batch_size(resumed):
+    with pytest.raises(CanvaslabError, match="--batch-size 4"):
+        run_noise_study(resumed["dir"], batch_size=8)
+
+
 def test_resume_after_a_kill_redoes_and_loses_nothing(resumed):
     lines = _lines(resumed["dir"])  # every line parses: the torn line was cut before appending
     ids = [line["condition_id"] for line in lines if line["kind"] == "condition"]
@@ -291,9 +369,9 @@ def test_resume_after_a_kill_redoes_and_loses_nothing(resumed):
     assert sorted(ids) == sorted(resumed["first"] + resumed["second"]) and len(set(ids)) == len(ids) == 12
     assert not set(resumed["first"]) & set(resumed["second"])
     assert sum(line["kind"] == "baseline" for line in lines) == 1  # the baseline was not rerun either
-    # 9 single runs + 3 safeguard batches: [4..7], [8..11] and the lone 12th condition duplicated
-    assert sorted(resumed["calls"]) == [1] * 9 + [2] + [4] * 2
-    assert resumed["report"]["conditions_run_this_time"] == 9
+    # 9 single runs + the 3 planned safeguard batches [1..4], [5..8], [9..12]: the first is rerun whole
+    # although 3 of its conditions were done, so the 4th is compared in the batch it always belonged to
+    assert sorted(resumed["calls"]) == [1] * 9 + [4] * 3
 
 
 def test_end_to_end_report_has_every_key_and_consistent_numbers(resumed):
@@ -307,6 +385,9 @@ def test_end_to_end_report_has_every_key_and_consistent_numbers(resumed):
     assert {cls: m["conditions"] for cls, m in report["class_means"].items()} == {"random": 4, "rare": 4, "unused": 4}
     assert report["conclusion"]["answer"] in {"no", "yes", "inconclusive"}
     assert report["environment"]["mode"] == "stock" and report["execution"]["dtype"] == "float32"
+    assert report["plan_file"] == PLAN_FILE and report["deviations_from_plan"] == []
+    flat = [e for e in report["effects"] if e["sd"] == 0]
+    assert flat and all(e["verdict"] == DEGENERATE and e["tost_p"] is None for e in flat)
 
 
 def test_batch_safeguard_fires_in_stock_mode_on_this_cpu(resumed):
@@ -331,6 +412,22 @@ def test_run_refuses_a_plan_edited_after_the_first_result(resumed, tmp_path):
     with pytest.raises(CanvaslabError, match="changed after the first result"):
         run_noise_study(directory, limit=1)
     assert (directory / RESULTS_FILE).read_bytes() == (resumed["dir"] / RESULTS_FILE).read_bytes()
+
+
+def test_a_plan_of_schema_1_still_loads_and_its_report_lists_the_changed_rules(tmp_path):
+    data = _plan().to_dict()
+    data["schema"] = "canvaslab.noise-study.plan/1"
+    (tmp_path / PLAN_FILE).write_text(canonical_json(data))
+    (tmp_path / HASH_FILE).write_text(f"{hash_plan_dict(data)}  {PLAN_FILE}\n")
+    plan, digest = load_plan(tmp_path)
+    assert digest == hash_plan_dict(data) and plan.schema == data["schema"]
+    deviations = plan_deviations(plan)
+    assert len(deviations) == 2 and "zero variance" in deviations[0] and "batches" in deviations[1]
+    assert plan_deviations(_plan()) == []
+    data["schema"] = "canvaslab.noise-study.plan/9"
+    (tmp_path / PLAN_FILE).write_text(canonical_json(data))
+    with pytest.raises(CanvaslabError, match="not a noise-study plan: at schema"):
+        load_plan(tmp_path)
 
 
 def test_resume_refuses_another_dtype_or_mode(resumed):

@@ -1,24 +1,31 @@
 """Run a registered noise-study plan: every condition alone, again inside a batch, resumable.
 
-For each run of pending conditions that share a prompt, seed and budget (at most ``batch_size`` of them):
+The conditions of each (prompt, seed, budget), in plan order, are cut into batches of ``batch_size``
+(``planned_batches``). The batches depend on the plan and ``batch_size`` only, never on what a resumed
+run still has to do: a condition's safeguard compares it inside the same batch whether the run was
+interrupted or not, so a resumed run reports exactly what an uninterrupted one does. For each batch
+holding a pending condition:
 
 1. the matched no-plant baseline (the base noise, nothing planted), once per (prompt, seed, budget);
-2. each condition alone, a batch of one: the analysed result. Its planted tokens go into the base noise
-   through ``initial_canvas``; ``PlantedPositionObserver`` records what the model does there;
-3. the same conditions as the rows of one batch (a lone condition twice), compared field by field with
-   the single runs: the batch safeguard (``batch_safeguard``).
+2. each pending condition alone, a batch of one: the analysed result. Its planted tokens go into the
+   base noise through ``initial_canvas``; ``PlantedPositionObserver`` records what the model does there;
+3. the whole batch as the rows of one batch (a lone condition twice), compared field by field with the
+   single runs: the batch safeguard (``batch_safeguard``). Conditions of the batch already done are
+   run again as rows, not recorded again.
 
 Each finished condition is appended to ``results.jsonl`` with the plan hash it ran under
 (``results_log``). The run refuses to start when ``plan.json`` no longer matches ``plan.sha256``, when the
 results cite another plan hash (the plan changed after the first result), or when they were produced
-under another mode, dtype or device type (mixing them would corrupt the paired analysis). At the end it
-writes ``noise_study.json``: effects with CIs, TOST p-values and verdicts, the answer to the question,
-the safeguard counts and the environment.
+under another mode, dtype, device type or batch size (mixing them would corrupt the paired analysis or
+the safeguard). At the end it writes ``noise_study.json`` from the results file alone, conditions in plan
+order: effects with CIs, TOST p-values and verdicts, the answer to the question, the safeguard counts
+and the environment. Nothing in it depends on when the run was interrupted.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +40,7 @@ from canvaslab.io import write_json_atomic
 from canvaslab.models import LoadedModel, load_model
 from canvaslab.studies.unused_tokens.batch_safeguard import safeguard_entry, summarize_safeguard
 from canvaslab.studies.unused_tokens.conditions import Condition, base_noise, enumerate_conditions
-from canvaslab.studies.unused_tokens.plan import PLAN_FILE, NoisePlan, load_plan
+from canvaslab.studies.unused_tokens.plan import PLAN_FILE, NoisePlan, load_plan, plan_deviations
 from canvaslab.studies.unused_tokens.planted_observer import Observation, PlantedPositionObserver
 from canvaslab.studies.unused_tokens.results_log import ResultsLog
 from canvaslab.studies.unused_tokens.vocab_scan import find_unused_tokens
@@ -70,9 +77,10 @@ def check_model_matches_plan(loaded: LoadedModel, plan: NoisePlan) -> None:
                                  f"{plan.model.spec!r} the plan was registered for")
 
 
-def execution_settings(loaded: LoadedModel, mode: str) -> dict[str, str]:
+def execution_settings(loaded: LoadedModel, mode: str, batch_size: int) -> dict[str, Any]:
     """What a run must keep constant across resumes: these change the numbers being compared."""
-    return {"mode": mode, "dtype": str(loaded.model.dtype).removeprefix("torch."), "device_type": loaded.device.type}
+    return {"mode": mode, "dtype": str(loaded.model.dtype).removeprefix("torch."), "device_type": loaded.device.type,
+            "batch_size": batch_size}
 
 
 def _check_plan_unchanged(records: list[dict], plan_hash: str, results: Path) -> None:
@@ -83,11 +91,18 @@ def _check_plan_unchanged(records: list[dict], plan_hash: str, results: Path) ->
                              "registered plan, or register the new one in a new folder")
 
 
-def _check_same_execution(records: list[dict], execution: dict[str, str], results: Path) -> None:
-    if records and records[0]["execution"] != execution:
-        theirs = ", ".join(f"{k} {v}" for k, v in records[0]["execution"].items())
-        raise CanvaslabError(f"{results} was produced with {theirs}; resume with the same --mode, --dtype and "
-                             "--device (mixing them would corrupt the paired analysis)")
+def _check_same_execution(records: list[dict], execution: dict[str, Any], results: Path) -> None:
+    if not records or records[0]["execution"] == execution:
+        return
+    theirs = records[0]["execution"]
+    if "batch_size" not in theirs:
+        raise CanvaslabError(f"{results} was written by an older canvaslab whose safeguard batches depended on "
+                             "where a run was interrupted; resuming it would mix two batchings: run the plan "
+                             "again in a new folder (copy plan.json and plan.sha256)")
+    settings = ", ".join(f"{k} {v}" for k, v in theirs.items())
+    flags = ", ".join(f"--{k.removesuffix('_type').replace('_', '-')} {v}" for k, v in theirs.items())
+    raise CanvaslabError(f"{results} was produced with {settings}; resume with the same --mode, --dtype, --device "
+                         f"and --batch-size ({flags}): mixing them would corrupt the paired analysis or the safeguard")
 
 
 class _RowRunner:
@@ -113,14 +128,16 @@ class _RowRunner:
                 for i, (row, result) in enumerate(zip(rows, output.rows))]
 
 
-def _batches(pending: list[Condition], batch_size: int) -> list[list[Condition]]:
-    """Consecutive pending conditions, at most ``batch_size``, never mixing prompts, seeds or budgets."""
+def planned_batches(conditions: list[Condition], batch_size: int) -> list[list[Condition]]:
+    """The safeguard's batches: each (prompt, seed, budget)'s conditions in plan order, cut every ``batch_size``.
+
+    Built from all of the plan's conditions, not from those pending, so a condition's batch is the same
+    in every run of the plan with this ``batch_size``, interrupted or not.
+    """
     batches: list[list[Condition]] = []
-    for condition in pending:
-        if batches and len(batches[-1]) < batch_size and batches[-1][0].base_id == condition.base_id:
-            batches[-1].append(condition)
-        else:
-            batches.append([condition])
+    for _, group in groupby(conditions, key=lambda condition: condition.base_id):
+        members = list(group)
+        batches += [members[start:start + batch_size] for start in range(0, len(members), batch_size)]
     return batches
 
 
@@ -141,35 +158,50 @@ def _condition_record(condition: Condition, single: Observation, copies: list[Ob
     }
 
 
-def _run_batch(run: _RowRunner, batch: list[Condition], baseline: dict, plan_hash: str, execution: dict) -> list[dict]:
-    singles = [run([condition])[0] for condition in batch]
+def _run_batch(run: _RowRunner, batch: list[Condition], todo: list[Condition], baseline: dict, plan_hash: str,
+               execution: dict) -> list[dict]:
+    """Records for the ``todo`` conditions of ``batch``: each alone, and the whole batch as one batched run."""
+    singles = [run([condition])[0] for condition in todo]
     rows = batch if len(batch) > 1 else batch * 2
     batched = run(rows)
     return [_condition_record(condition, single, [obs for row, obs in zip(rows, batched) if row is condition],
                               len(rows), baseline, plan_hash, execution)
-            for condition, single in zip(batch, singles)]
+            for condition, single in zip(todo, singles)]
 
 
-def _report(plan: NoisePlan, plan_hash: str, plan_dir: Path, records: list[dict], total: int, ran: int,
-            loaded: LoadedModel, execution: dict, batch_size: int) -> dict[str, Any]:
-    conditions = [r for r in records if r["kind"] == "condition"]
+def finished_conditions(records: list[dict], conditions: list[Condition]) -> list[dict]:
+    """One results line per finished condition (the first, should a line repeat), in plan order.
+
+    The report is computed from these, so it does not depend on the order the lines were written in.
+    """
+    order = {condition.condition_id: index for index, condition in enumerate(conditions)}
+    first: dict[str, dict] = {}
+    for record in records:
+        if record["kind"] == "condition":
+            first.setdefault(record["condition_id"], record)
+    return sorted(first.values(), key=lambda record: order[record["condition_id"]])
+
+
+def _report(plan: NoisePlan, plan_hash: str, records: list[dict], planned: list[Condition], loaded: LoadedModel,
+            execution: dict) -> dict[str, Any]:
+    conditions = finished_conditions(records, planned)
     outcomes = [o["name"] for o in plan.outcomes]
     effects = noise_study_effects(conditions, asdict(plan.analysis), outcomes)
     return {
         "study": "unused_tokens_noise",
         "plan_hash": plan_hash,
-        "plan_file": str(plan_dir / PLAN_FILE),
+        "plan_file": PLAN_FILE,
         "question": plan.question,
         "design": plan.design,
-        "conditions_total": total,
+        "conditions_total": len(planned),
         "conditions_run": len(conditions),
-        "conditions_run_this_time": ran,
-        "complete": len(conditions) == total,
-        "execution": {**execution, "batch_size": batch_size},
+        "complete": len(conditions) == len(planned),
+        "execution": execution,
         "class_means": class_means(conditions, outcomes),
         "effects": effects,
         "conclusion": conclusion(effects, plan.analysis.primary_outcome),
         "safeguard": summarize_safeguard(conditions),
+        "deviations_from_plan": plan_deviations(plan),
         "environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
                                                mode=execution["mode"], replaced_ops=replaced_ops(execution["mode"]),
                                                rng=plan.generation["rng"]),
@@ -195,23 +227,26 @@ def run_noise_study(plan_dir: str | Path, loaded: LoadedModel | None = None, *, 
     check_model_matches_plan(loaded, plan)
     with generation_mode(loaded.model, mode):  # an unknown or unavailable mode fails here, before any run
         pass
-    execution = execution_settings(loaded, mode)
+    execution = execution_settings(loaded, mode, batch_size)
     _check_same_execution(records, execution, log.path)
     conditions = enumerate_conditions(plan)
     done = {r["condition_id"] for r in records if r["kind"] == "condition"}
     baselines = {r["base_id"]: r for r in records if r["kind"] == "baseline"}
-    pending = [c for c in conditions if c.condition_id not in done][:limit]
+    selected = {c.condition_id for c in [c for c in conditions if c.condition_id not in done][:limit]}
     run = _RowRunner(loaded, plan, mode)
-    for batch in _batches(pending, batch_size):
+    for batch in planned_batches(conditions, batch_size):
+        todo = [condition for condition in batch if condition.condition_id in selected]
+        if not todo:
+            continue
         base = batch[0]
         if base.base_id not in baselines:
             observation = run([base], plant=False)[0]
             baselines[base.base_id] = log.append(_baseline_record(base, observation, plan_hash, execution))
-        for record in _run_batch(run, batch, baselines[base.base_id], plan_hash, execution):
+        for record in _run_batch(run, batch, todo, baselines[base.base_id], plan_hash, execution):
             records.append(log.append(record))
             done.add(record["condition_id"])
             if progress is not None:
                 progress(len(done), len(conditions), record["condition_id"])
-    report = _report(plan, plan_hash, plan_dir, records, len(conditions), len(pending), loaded, execution, batch_size)
+    report = _report(plan, plan_hash, records, conditions, loaded, execution)
     write_json_atomic(plan_dir / REPORT_FILE, report)
     return report

@@ -33,7 +33,19 @@ from canvaslab.studies.unused_tokens.token_pools import TOKEN_CLASSES, TokenPool
 
 PLAN_FILE = "plan.json"
 HASH_FILE = "plan.sha256"
-SCHEMA_ID = "canvaslab.noise-study.plan/1"
+SCHEMA_ID = "canvaslab.noise-study.plan/2"
+# Plans of earlier schemas still load (their hash is their own content) and run under today's rules;
+# where a rule they state differs, the report lists it under ``deviations_from_plan``.
+OLDER_SCHEMAS: dict[str, list[str]] = {
+    "canvaslab.noise-study.plan/1": [
+        "zero variance: this plan's decision rule judges identical differences on their exact mean "
+        "(equivalent if |mean| < margin); they are reported as 'degenerate: zero variance' instead, never "
+        "as equivalence, because no test can be made (issue 11)",
+        "safeguard batches: this plan describes them as the next --batch-size pending conditions, which made "
+        "the safeguard depend on where a run was interrupted; they are cut from the plan's conditions in "
+        "plan order instead, the same for a resumed and an uninterrupted run (issue 11)",
+    ],
+}
 QUESTION = ("Do the vocabulary's literal <unusedN> tokens, which text never produces but uniform canvas noise "
             "does, act as hidden mask symbols: does the model treat a planted unused token differently from "
             "an ordinary token planted at the same place in the same noise?")
@@ -96,7 +108,9 @@ DECISION_RULE = (
     "interval; TOST = two one-sided paired t-tests of the mean difference against -margin and +margin; "
     "'equivalent' if the larger one-sided p-value is below alpha (equivalently, the 90% CI lies inside "
     "+-margin), else 'different' if the two-sided paired t-test p-value is below alpha, else 'inconclusive'. "
-    "When all differences are identical (zero variance) the mean is exact: equivalent if |mean| < margin. "
+    "When all differences are identical (zero variance, n >= 2) no t statistic exists and no test is made: the "
+    "verdict is 'degenerate: zero variance' with no p-value and no interval, never counted as equivalent "
+    "(nor as different); fewer than 2 pairs is 'insufficient data'. "
     "Answer to the question: 'no' (unused tokens are not hidden masks) if the primary outcome is equivalent "
     "for both controls; 'yes' if it is different for both controls with the same sign; 'inconclusive' "
     "otherwise. Secondary outcomes are reported by the same rule, without multiplicity correction. The "
@@ -105,9 +119,11 @@ DECISION_RULE = (
 )
 SAFEGUARD = {
     "reference": "each condition run alone (a batch of 1): the result that is analysed",
-    "batched": "each condition also run as a row of one batch holding the next --batch-size pending "
-               "conditions of the same prompt, seed and budget (never padded); a condition alone in its batch "
-               "is duplicated, so every batch has at least 2 rows",
+    "batched": "each condition also run as a row of one batch: the conditions of one prompt, seed and budget, "
+               "in plan order, cut into consecutive batches of --batch-size (never padded). The batches depend "
+               "only on the plan and --batch-size, never on which conditions a resumed run still has to do "
+               "(a batch is rerun whole when some of its conditions are already done); a condition alone in its "
+               "batch is duplicated, so every batch has at least 2 rows",
     "compared": ["tokens", "stop", "accept_passes", "predictions", "entropy", "logits"],
     "rule": "the safeguard fires for a condition when any compared field of any of its batched rows differs "
             "from its single run, bit for bit; each firing is counted per field and listed by condition_id",
@@ -251,6 +267,11 @@ def recorded_hash(directory: str | Path) -> str:
         raise CanvaslabError(f"{path} is missing: the plan was never registered (`canvaslab noise-study plan`)")
     fields = path.read_text(encoding="ascii", errors="replace").split()
     return fields[0] if fields else ""
+
+
+def plan_deviations(plan: NoisePlan) -> list[str]:
+    """Where today's analysis departs from a rule an older plan states (empty for a current plan)."""
+    return list(OLDER_SCHEMAS.get(plan.schema, []))
 
 
 def load_plan(directory: str | Path) -> tuple[NoisePlan, str]:

@@ -13,7 +13,7 @@ def _object(properties: dict, extra: bool = False) -> dict:
 
 
 PLAN_SCHEMA = _object({
-    "schema": {"const": "canvaslab.noise-study.plan/1"},
+    "schema": {"enum": ["canvaslab.noise-study.plan/1", "canvaslab.noise-study.plan/2"]},
     "question": {"type": "string"},
     "design": {"type": "string"},
     "design_why": {"type": "string"},

@@ -2,20 +2,20 @@
 
 A GPU run of 2,304 conditions takes hours and can be killed at any moment, so results are never held
 back: each line is appended and fsynced as soon as its condition is done, and a rerun skips what the
-file already holds. A kill during a write leaves at most one torn line at the end (a line is complete
-only once its newline is written); ``read`` drops it and truncates the file back to the last complete
-line. A damaged line anywhere else is not a torn write and stops the run.
+file already holds. A kill during a write leaves at most one torn line at the end. ``read`` repairs it by
+the one rule every result log here follows (``canvaslab.io.append_line``): a last line that parses as a
+complete record is a finished result that only lacks its newline, so it is kept and the newline added;
+a last line cut short is dropped. A damaged line anywhere else is not a torn write and stops the run.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import append_line
+from canvaslab.io import append_line, repair_last_line
 
 
 class ResultsLog:
@@ -23,15 +23,12 @@ class ResultsLog:
         self.path = Path(path)
 
     def read(self) -> list[dict[str, Any]]:
-        """Every complete line, parsed; a torn last line is removed from the file."""
+        """Every complete line, parsed; a cut-short last line is removed from the file (see the module)."""
         if not self.path.exists():
             return []
-        raw = self.path.read_bytes()
-        *complete, torn = raw.split(b"\n")
-        if torn:
-            os.truncate(self.path, len(raw) - len(torn))
+        repair_last_line(self.path)
         records = []
-        for number, line in enumerate(complete, start=1):
+        for number, line in enumerate(self.path.read_bytes().split(b"\n"), start=1):
             if not line.strip():
                 continue
             try:
