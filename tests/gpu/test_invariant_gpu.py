@@ -90,3 +90,70 @@ def test_library_overrides_route_cuda_ops_and_switch_off():
         norm, norm_alone = a.float().pow(2).mean(-1), a[3:4].float().pow(2).mean(-1)
     assert torch.equal(routed, matmul(a, b)) and torch.equal(a @ b, stock)
     assert torch.equal(norm[3], norm_alone[0])
+
+
+# Moved from the Triton-interpreter tests (tests/invariant): there ``tl.dot`` runs on numpy's BLAS, which
+# promises no bitwise result; here the compiled kernels fix the order of every reduction themselves.
+@pytest.mark.parametrize("m,k,n,seed", [(40, 150, 140, 0), (128, 64, 128, 1), (300, 64, 128, 2), (7, 1, 1, 3)])
+def test_float32_matmul_with_bias_rows_equal_one_row_results(m, k, n, seed):
+    from canvaslab.invariant.triton_kernels import matmul
+
+    a, b, bias = _rand(m, k, seed=seed, dtype=torch.float32), _rand(k, n, seed=seed + 1, dtype=torch.float32), \
+        _rand(n, seed=seed + 2, dtype=torch.float32)
+    full = matmul(a, b, bias=bias)
+    for row in sorted({0, 1, 24, m // 2, m - 1} & set(range(m))):
+        assert torch.equal(full[row], matmul(a[row:row + 1], b, bias=bias)[0]), row
+
+
+def test_split_k_and_batched_matmul_rows_equal_one_row_results():
+    from canvaslab.invariant.triton_kernels import SPLIT_K_MIN_K, matmul
+
+    a, b = _rand(3, SPLIT_K_MIN_K + 64, dtype=torch.float32), _rand(SPLIT_K_MIN_K + 64, 16, seed=1, dtype=torch.float32)
+    full = matmul(a, b)
+    assert all(torch.equal(full[row], matmul(a[row:row + 1], b)[0]) for row in range(3))
+    a3, b3 = _rand(3, 5, 24, seed=2, dtype=torch.float32), _rand(3, 24, 17, seed=3, dtype=torch.float32)
+    assert torch.equal(matmul(a3, b3)[1, 3], matmul(a3[1:2, 3:4], b3[1:2])[0, 0])
+
+
+@pytest.mark.parametrize("tokens,experts,transposed", [(90, 9, False), (37, 4, True), (1, 2, False)])
+def test_float32_grouped_linear_last_row_equals_alone(tokens, experts, transposed):
+    from canvaslab.invariant.triton_kernels import expert_schedule, grouped_linear
+
+    gen = torch.Generator().manual_seed(tokens)
+    expert_of_row = torch.sort(torch.randint(0, experts, (tokens,), generator=gen)).values
+    counts = torch.bincount(expert_of_row, minlength=experts).cuda()
+    x, weight = _rand(tokens, 140, seed=1, dtype=torch.float32), _rand(experts, 150, 140, seed=2, dtype=torch.float32)
+    stored = weight.transpose(1, 2).contiguous() if transposed else weight
+    out = grouped_linear(x, stored, expert_schedule(counts), transposed)
+    alone = torch.zeros_like(counts)
+    alone[expert_of_row[-1]] = 1
+    assert torch.equal(out[-1], grouped_linear(x[-1:], stored, expert_schedule(alone), transposed)[0])
+
+
+@pytest.mark.parametrize("case", ["mm", "linear_bias", "addmm_scaled", "bmm"])
+def test_overridden_matrix_products_are_row_invariant(case):
+    from canvaslab.invariant import batch_invariant
+
+    x = _rand(5, 6, 12, seed=7, dtype=torch.float32)
+    w = {name: _rand(*shape, seed=seed, dtype=torch.float32) for name, shape, seed in
+         [("mm", (12, 7), 1), ("lw", (9, 12), 1), ("lb", (9,), 2), ("ab", (7,), 1), ("am", (12, 7), 2), ("bmm", (5, 12, 5), 1)]}
+    op = {"mm": lambda t: (t.reshape(-1, 12) @ w["mm"]).reshape(t.shape[0], -1),
+          "linear_bias": lambda t: torch.nn.functional.linear(t, w["lw"], w["lb"]),
+          "addmm_scaled": lambda t: torch.addmm(w["ab"], t.reshape(-1, 12), w["am"], beta=0.5, alpha=2.0).reshape(t.shape[0], -1),
+          "bmm": lambda t: torch.bmm(t, w["bmm"][-t.shape[0]:])}[case]
+    with batch_invariant("cuda"):
+        full, alone = op(x), op(x[-1:])
+    assert torch.equal(full[-1], alone[0])
+
+
+@pytest.mark.parametrize("fill", ["copies", "mixed"])
+def test_whole_generation_matches_b1_under_the_cuda_overrides(fill):
+    from canvaslab.models import load_model
+    from canvaslab.prompts import builtin_prompts
+    from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
+
+    tiny = load_model("tiny", device="cuda")
+    settings = BatchStudySettings(batch_sizes=[1, 2, 3, 8], fill=fill, mode="invariant", repeat_control="same-process",
+                                  generation={"max_denoising_steps": 2})
+    summary = run_batch_study(tiny, builtin_prompts(2), settings)["summary"]
+    assert summary["diverged"] == 0 and summary["passes_matching"] == summary["passes_total"] > 0

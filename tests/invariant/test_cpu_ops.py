@@ -3,6 +3,13 @@ bit, on the CPU path, and stays close to the stock op.
 
 Tolerances against stock: float32 matmuls within 1e-5 relative error in norm (same products, other
 summation order); reductions within rtol 1e-6 (bfloat16: 1e-2).
+
+Why the bit-for-bit checks hold on any x86 CPU (Intel or AMD, MKL or OpenBLAS): they assert nothing about
+BLAS. The CPU path (``invariant.cpu``) sends every row through its own ``(1, K) @ (K, N)`` GEMM call, so the
+batched row and the row alone are the same library call on the same bytes (here even the same address,
+``x[row:row + 1]``) in the same process; reductions are ATen's own loops along each row of fixed-size
+chunks, not BLAS. A row's position inside a multi-row GEMM, which BLAS does not keep out of its bits, never
+enters.
 """
 
 import pytest

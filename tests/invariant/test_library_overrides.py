@@ -2,9 +2,15 @@
 
 ``library_overrides("CPU")`` registers the very kernels the GPU gets, at the CPU dispatch key, and
 Triton's interpreter runs them. Checked: every override handles every case of its op (any reduced dims,
-keepdim, integer sums, empty inputs) close to the stock op and row-invariantly; the stock kernels come
-back on exit; and a whole generation under the overrides and the fused RMSNorms matches B=1 byte for byte.
+keepdim, integer sums, empty inputs) close to the stock op; the reductions, sorts and top-k row-invariantly;
+the stock kernels come back on exit; and a whole generation runs under the overrides and the fused RMSNorms.
 Tolerances against stock: float32, rtol 1e-5 / atol 1e-5 (fp32 accumulation in another order).
+
+Only what holds on any x86 CPU is checked bit for bit. The matrix products (mm, linear, addmm, bmm) run
+``tl.dot``, which the interpreter computes with numpy's BLAS; BLAS promises no bitwise result, and on an
+AMD EPYC OpenBLAS gives a row other bits at tile position 24 than at 0. Their row invariance, and a whole
+generation matching B=1 byte for byte under the overrides, are checked on the compiled kernels in
+``tests/gpu`` (``python -m pytest -q -m gpu tests/gpu``).
 """
 
 import os
@@ -42,6 +48,7 @@ CASES = {
     "sort": lambda x: torch.sort(x.round(), dim=-1).indices,
 }
 BATCH_REDUCING = {"sum_all", "mean_two_dims"}  # these reduce over the batch dim: no per-row claim
+MATRIX_PRODUCTS = {"mm", "linear_bias", "addmm_scaled", "bmm"}  # tl.dot: numpy's BLAS in the interpreter
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -57,7 +64,8 @@ def test_override_matches_stock_and_is_row_invariant(case):
         torch.testing.assert_close(full, stock, rtol=1e-5, atol=1e-5)
     else:
         assert torch.equal(full, stock)
-    if case not in BATCH_REDUCING and case != "softmax_dim1" and case != "logsumexp_two_dims_keepdim":
+    # Matrix products: row invariance only on the compiled kernels (tests/gpu); here, BLAS decides the bits.
+    if case not in BATCH_REDUCING | MATRIX_PRODUCTS and case not in ("softmax_dim1", "logsumexp_two_dims_keepdim"):
         per_row = full.reshape(x.shape[0], -1) if case in ("mm", "addmm_scaled") else full
         alone_row = alone.reshape(1, -1) if case in ("mm", "addmm_scaled") else alone
         assert torch.equal(per_row[-1], alone_row[0])
@@ -82,14 +90,20 @@ def test_stock_kernels_come_back_on_exit(monkeypatch):
     assert calls == [1] and torch.equal(after, torch.mm(a, b))
 
 
-def test_generation_under_the_overrides_matches_b1(tiny, monkeypatch):
+def test_generation_runs_under_the_overrides(tiny, monkeypatch):
     import canvaslab.invariant as invariant
     from canvaslab.prompts import builtin_prompts
     from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
 
     monkeypatch.setattr(invariant, "batch_invariant", lambda device=None: ops.library_overrides("CPU"))
     monkeypatch.setattr(invariant, "fuses_norms", lambda model: True)  # the fused RMSNorm kernel too, as on CUDA
-    settings = BatchStudySettings(batch_sizes=[1, 2, 3], fill="mixed", mode="invariant",
+    settings = BatchStudySettings(batch_sizes=[1, 2, 3], fill="mixed", mode="invariant", repeat_control="same-process",
                                   generation={"max_denoising_steps": 1})
-    summary = run_batch_study(tiny, builtin_prompts(2), settings)["summary"]
-    assert summary["diverged"] == 0 and summary["passes_matching"] == summary["passes_total"] > 0
+    calls = []
+    original = triton_kernels.matmul
+    monkeypatch.setattr(triton_kernels, "matmul", lambda *args, **kw: calls.append(1) or original(*args, **kw))
+    result = run_batch_study(tiny, builtin_prompts(2), settings)
+    # Byte-for-byte equality with B=1 needs the compiled kernels (tests/gpu): the interpreter's tl.dot is
+    # numpy's BLAS, which promises no bits. Here: every pass is compared and the GEMMs really were routed.
+    assert calls and result["summary"]["passes_total"] > 0
+    assert all(run["structure_changed"] is None for run in result["runs"])

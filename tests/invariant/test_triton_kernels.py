@@ -1,7 +1,16 @@
 """The Triton kernels' logic, run on the CPU by Triton's interpreter (TRITON_INTERPRET=1).
 
-Row i of a batched result must equal the one-row result bit for bit, and results must stay close to
-the stock op. Tolerances: float32 inputs within 1e-5 relative (IEEE fp32 dot products, other order).
+Results must stay close to the stock op (float32 inputs within 1e-5 relative: IEEE fp32 dot products in
+another order). What is checked bit for bit here is only what holds on any x86 CPU:
+
+- Kernels built on ``tl.dot`` (matmul, grouped linear): the interpreter computes each tile's product
+  with numpy's ``matmul``, i.e. numpy's BLAS (OpenBLAS in numpy's wheels). BLAS promises no bitwise
+  result: on an AMD EPYC, OpenBLAS 0.3.31 gives a row of a 128x64 @ 64x128 tile other bits at position 24
+  than at position 0, and nothing promises either that a row's bits ignore the other rows of its tile.
+  So a batched row equal to the one-row result is checked on the compiled kernels, in ``tests/gpu``.
+- Row reductions and the fused RMSNorm use no BLAS: ``tl.sum``/``tl.max`` are numpy reductions along
+  each row of the tile, the same code over the same bytes whatever the row's neighbours, so the row
+  check stays here.
 """
 
 import os
@@ -19,15 +28,16 @@ DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRE
 
 @settings(max_examples=6, deadline=None)
 @given(m=st.integers(1, 40), k=st.integers(1, 150), n=st.integers(1, 140), row=st.integers(0, 39), seed=st.integers(0, 99))
-def test_matmul_row_equals_one_row_result(m, k, n, row, seed):
+def test_matmul_matches_stock(m, k, n, row, seed):
+    # the row's bits against the one-row call: tests/gpu (tl.dot runs on numpy's BLAS here, see above)
     row = row % m
     gen = torch.Generator().manual_seed(seed)
     a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
     bias = torch.randn(n, generator=gen)
     full = triton_kernels.matmul(a.to(DEVICE), b.to(DEVICE), bias=bias.to(DEVICE)).cpu()
     alone = triton_kernels.matmul(a[row:row + 1].to(DEVICE), b.to(DEVICE), bias=bias.to(DEVICE)).cpu()
-    assert torch.equal(full[row], alone[0])
     torch.testing.assert_close(full, a @ b + bias, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(alone[0], full[row], rtol=1e-5, atol=1e-4)
 
 
 def test_split_k_plan_depends_on_k_and_n_only_and_reduces_in_order():
@@ -37,22 +47,21 @@ def test_split_k_plan_depends_on_k_and_n_only_and_reduces_in_order():
     k = triton_kernels.SPLIT_K_MIN_K + 64
     a, b = torch.randn(3, k, generator=gen).to(DEVICE), torch.randn(k, 16, generator=gen).to(DEVICE)
     full = triton_kernels.matmul(a, b)
-    assert torch.equal(full[2], triton_kernels.matmul(a[2:3], b)[0])
-    torch.testing.assert_close(full, a @ b, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(full, a @ b, rtol=1e-4, atol=1e-3)  # rows alone, bit for bit: tests/gpu
 
 
 def test_batched_matmul():
     gen = torch.Generator().manual_seed(1)
     a, b = torch.randn(3, 5, 24, generator=gen).to(DEVICE), torch.randn(3, 24, 17, generator=gen).to(DEVICE)
     out = triton_kernels.matmul(a, b)
-    torch.testing.assert_close(out, torch.bmm(a, b), rtol=1e-5, atol=1e-5)
-    assert torch.equal(out[1, 3], triton_kernels.matmul(a[1:2, 3:4], b[1:2])[0, 0])
+    torch.testing.assert_close(out, torch.bmm(a, b), rtol=1e-5, atol=1e-5)  # rows alone: tests/gpu
 
 
 @settings(max_examples=6, deadline=None)
 @given(rows=st.integers(1, 9), d=st.integers(1, 5000), kind=st.sampled_from(sorted(triton_kernels.REDUCTIONS)),
        seed=st.integers(0, 99))
 def test_row_reductions_row_equals_one_row_result(rows, d, kind, seed):
+    # No BLAS involved (numpy reductions along the row): the row's bits hold on any x86 CPU.
     x = (torch.randn(rows, d, generator=torch.Generator().manual_seed(seed)) * 4).to(DEVICE)
     full = triton_kernels.row_reduce(x, kind, torch.float32)
     alone = triton_kernels.row_reduce(x[-1:], kind, torch.float32)
@@ -86,7 +95,8 @@ def _routed(tokens, experts, top_k, hidden, seed):
 @settings(max_examples=5, deadline=None)
 @given(tokens=st.integers(1, 90), experts=st.integers(2, 9), n=st.integers(1, 150), k=st.integers(1, 140),
        transposed=st.booleans(), seed=st.integers(0, 99))
-def test_grouped_linear_row_equals_one_row_result(tokens, experts, n, k, transposed, seed):
+def test_grouped_linear_matches_float64(tokens, experts, n, k, transposed, seed):
+    # the last row against its one-row call, bit for bit: tests/gpu (tl.dot runs on numpy's BLAS here)
     top_k = min(2, experts)
     x, counts, expert_of_row = _routed(tokens, experts, top_k, k, seed)
     weight = torch.randn(experts, n, k, generator=torch.Generator().manual_seed(seed + 1))
@@ -95,12 +105,6 @@ def test_grouped_linear_row_equals_one_row_result(tokens, experts, n, k, transpo
     out = triton_kernels.grouped_linear(x.to(DEVICE), stored.to(DEVICE), schedule, transposed).cpu()
     reference = torch.einsum("sk,snk->sn", x.double(), weight[expert_of_row].double())
     torch.testing.assert_close(out.double(), reference, rtol=1e-5, atol=1e-4)
-    last = expert_of_row[-1].item()  # the last routed row, alone in its expert's group
-    alone_counts = torch.zeros_like(counts)
-    alone_counts[last] = 1
-    alone = triton_kernels.grouped_linear(x[-1:].to(DEVICE), stored.to(DEVICE),
-                                           triton_kernels.expert_schedule(alone_counts.to(DEVICE)), transposed).cpu()
-    assert torch.equal(out[-1], alone[0])
 
 
 def test_invariant_experts_grouped_path_matches_per_expert_path():

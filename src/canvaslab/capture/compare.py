@@ -3,7 +3,10 @@
 The *first divergence* is the first recorded call, in execution order, whose row-0 output differs. The
 *origin* is the first call whose inputs were identical but whose output was not: the operation that
 created the difference rather than passed it on. When the first differing call already had differing
-inputs, the difference came from code between two recorded calls, and the origin says so.
+inputs, the difference came from code between two recorded calls, and the origin says so. Values a
+decoder pass receives from the previous one (the renoised canvas, the self-conditioning logits) are
+recorded as ``carried`` calls at the start of the pass; a difference first seen there is named as that
+value and the pass it came from.
 """
 
 from __future__ import annotations
@@ -46,9 +49,31 @@ class Comparison:
         return targets
 
 
+# What each carried record holds, for the origin's name; the canvas of a canvas's first pass is drawn noise.
+CARRIED_VALUES = {"carried.canvas": "renoised canvas", "carried.self_conditioning_logits": "self_conditioning_logits"}
+
+
+def _carried_origin(record: CallRecord, inputs_identical: bool) -> dict[str, Any]:
+    key = record.pass_key
+    if key.step == 0:
+        return {"name": f"initial canvas of canvas {key.canvas}", "kind": "carried", "op": None,
+                "inputs_identical": inputs_identical,
+                "explanation": "the noise the sampler drew for this canvas's first pass differs"}
+    source = PassKey(key.canvas, "decoder", key.step - 1).label()
+    value = CARRIED_VALUES.get(record.name, record.name)
+    made = ("the previous pass's own result matched, so the difference was made when the value was handed on "
+            "(renoising, or the logits passed to the next pass)" if inputs_identical else
+            "the previous pass's sampler decision or logits already differed")
+    return {"name": f"carried: {value} from {source}", "kind": "carried", "op": None,
+            "inputs_identical": inputs_identical, "explanation": f"{value} carried from {source} to {key.label()} "
+                                                                  f"differs: {made}"}
+
+
 def _origin(group_ref: list[CallRecord], matched: dict, index: int) -> dict[str, Any]:
     first_ref = group_ref[index]
     first_run = matched.get(first_ref.key)
+    if first_ref.kind == "carried":
+        return _carried_origin(first_ref, first_run is not None and first_ref.inputs == first_run.inputs)
     if first_run is not None and first_ref.inputs == first_run.inputs:
         op = first_ref.name.split("::")[-1] if first_ref.kind == "op" else None
         return {"name": first_ref.name, "kind": first_ref.kind, "op": op, "inputs_identical": True,
@@ -90,7 +115,8 @@ def compare_captures(reference: Capture, run: Capture, skip: Collection[PassKey]
         missing = [r for r in group_ref if r.key not in matched or matched[r.key].shape != r.shape]
         if missing and result.structure_changed is None:
             result.structure_changed = f"{key.label()}: {missing[0].name} has no counterpart in the run"
-        result.bytes_compared += sum(r.nbytes for r in group_ref if r.kind != "op" and r not in missing)
+        # ops and carried values repeat bytes a module or the sampler already output: counted once
+        result.bytes_compared += sum(r.nbytes for r in group_ref if r.kind in ("module", "sampler") and r not in missing)
         differing = [i for i, r in enumerate(group_ref) if r.key not in matched or matched[r.key].output != r.output]
         if key.phase == "decoder":
             result.passes_total += 1

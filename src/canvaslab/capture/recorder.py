@@ -8,6 +8,19 @@ of digests (``capture.digest``), so memory grows with the number of calls, not w
 Digests stay on the device until the pass ends and are then read back in one transfer, so capture adds
 one host synchronisation per pass rather than one per call.
 Calls listed in ``keep`` also keep row 0's full output on the device, for the detailed comparison.
+
+A call's identity (``CallRecord.key``) must be the same in every Python process, or signatures compared
+across processes (a resumed study, a repeat in a fresh process) would differ for identical values.
+transformers runs some modules once per element of a ``set`` of strings (DiffusionGemma's
+``rotary_emb``, once per layer type, iterated in hash order), so their execution order changes with
+``PYTHONHASHSEED``. A module call is therefore named by its path plus the string arguments it was called
+with (``rotary_emb[sliding_attention]``), and only calls that share that name are numbered, in execution
+order. No identity comes from ``id()``, ``hash()`` or the iteration order of a set or dict.
+
+Two values reach each decoder pass from the previous one through code outside any module: the canvas
+(renoised by the sampler, or the initial noise) and the self-conditioning logits. They are recorded at
+the start of the pass as ``carried`` calls whose inputs are what produced them in the previous pass (the
+sampler's decision and the logits it saw), so a difference made in the hand-over is found there.
 """
 
 from __future__ import annotations
@@ -32,6 +45,8 @@ REDUCTIONS = {"softmax": (1, None), "log_softmax": (1, None), "logsumexp": (1, N
               "mean": (1, None), "argmax": (1, None), "topk": (2, -1)}
 # Decoder layer outputs keep one digest per canvas position: how far a difference has spread.
 DECODER_LAYER = re.compile(r"(^|\.)decoder\.layers\.(\d+)$")
+# The decoder's inputs handed on from the previous pass: keyword argument -> record name.
+CARRIED_INPUTS = {"decoder_input_ids": "carried.canvas", "self_conditioning_logits": "carried.self_conditioning_logits"}
 # Modules whose internals reorder tokens across rows (expert dispatch): recorded as a whole only.
 OPAQUE_MODULE_SUFFIXES = ("Experts",)
 
@@ -52,7 +67,7 @@ class PassKey:
 
 @dataclass
 class CallRecord:
-    kind: str  # "module" | "op" | "sampler"
+    kind: str  # "module" | "op" | "sampler" | "carried"
     name: str
     pass_key: PassKey
     position: int  # index of the call within its pass
@@ -153,6 +168,7 @@ class Recorder:
         self._position = 0
         self._occurrences: dict[str, int] = {}
         self._pending: list[CallRecord] = []
+        self._last_sampler: CallRecord | None = None  # the decision of the previous pass of this canvas
         self._handles: list[Any] = []
         self._op_mode = _OpRecorder(self)
         self._names = {module: name or "model" for name, module in model.named_modules()}
@@ -179,8 +195,8 @@ class Recorder:
         if not self._pending:
             return
         scalars = [d for r in self._pending for d in (*r.inputs, r.output)]
-        device = scalars[0].device
-        values = iter(torch.stack([d.to(device) for d in scalars]).tolist())
+        device = self._pending[0].output.device  # outputs are device digests; carried inputs may be ints
+        values = iter(torch.stack([torch.as_tensor(d, device=device) for d in scalars]).tolist())
         positioned = [r for r in self._pending if r.positions is not None]
         if positioned:
             flat = torch.cat([r.positions.to(device) for r in positioned]).tolist()
@@ -193,17 +209,17 @@ class Recorder:
             record.positions, offset = flat[offset:offset + width], offset + width
         self._pending.clear()
 
-    def add(self, kind: str, name: str, inputs: list[torch.Tensor], output: Any, input_digests=None) -> None:
+    def add(self, kind: str, name: str, inputs: list[torch.Tensor], output: Any, input_digests=None) -> CallRecord | None:
         self._busy = True
         try:
-            self._add(kind, name, inputs, output, input_digests)
+            return self._add(kind, name, inputs, output, input_digests)
         finally:
             self._busy = False
 
-    def _add(self, kind: str, name: str, inputs: list[torch.Tensor], output: Any, input_digests) -> None:
+    def _add(self, kind: str, name: str, inputs: list[torch.Tensor], output: Any, input_digests) -> CallRecord | None:
         tensor = first_tensor(output)
         if tensor is None or not tensor.is_floating_point() and tensor.dtype not in (torch.int64, torch.bool, torch.int32):
-            return
+            return None
         batch = self.batch_now()
         row = row_slice(tensor, batch)
         if input_digests is None:
@@ -220,17 +236,40 @@ class Recorder:
         self.capture.records.append(record)
         self._pending.append(record)
         self._position += 1
+        return record
 
     # -- hooks -----------------------------------------------------------------------------------------
+    def _call_name(self, module, args, kwargs) -> str:
+        """The module's path, qualified by the strings it is called with: ``rotary_emb`` is called once per
+        layer type in hash order, and its calls must keep their identity whatever that order is."""
+        labels = [value for value in (*args, *kwargs.values()) if isinstance(value, str)]
+        name = self._names[module]
+        return f"{name}[{','.join(labels)}]" if labels else name
+
+    def _record_carried(self, kwargs) -> None:
+        """The decoder's inputs from the previous pass, with what produced them there as their inputs:
+        the canvas from the sampler's decision (renoised), the self-conditioning logits from the logits the
+        sampler saw. A canvas's first pass has no previous one: its canvas is the drawn noise."""
+        source = self._last_sampler
+        producers = {"decoder_input_ids": source.output if source else None,
+                     "self_conditioning_logits": source.inputs[0] if source and source.inputs else None}
+        for argument, name in CARRIED_INPUTS.items():
+            value = kwargs.get(argument)
+            if isinstance(value, torch.Tensor):
+                inputs = () if producers[argument] is None else (producers[argument],)
+                self.add("carried", name, [], value, input_digests=inputs)
+
     def _pre_hook(self, module, args, kwargs):
         if module is self._encoder and not self._in_prompt_cache:
             self._enter_pass(PassKey(self._pass.canvas + 1, "encoder", 0))
+            self._last_sampler = None
         elif module is self._decoder:
             step = self._pass.step + 1 if self._pass.phase == "decoder" else 0
             self._enter_pass(PassKey(self._pass.canvas, "decoder", step))
+            self._record_carried(kwargs)
         batch = self.batch_now()
         inputs = tensors_in(list(args) + list(kwargs.values()))
-        self._stack.append(self._names[module])
+        self._stack.append(self._call_name(module, args, kwargs))
         self._busy = True
         module._canvaslab_inputs = tuple(digest_tensor(row_slice(t, batch)) for t in inputs)
         self._busy = False
@@ -258,7 +297,8 @@ class Recorder:
         self._busy = True
         inputs = (digest_tensor(row_slice(logits, self.batch_now())),)
         self._busy = False
-        self.add("sampler", "sampler.accept_canvas", [], (accepted_mask, accepted_canvas), input_digests=inputs)
+        self._last_sampler = self.add("sampler", "sampler.accept_canvas", [], (accepted_mask, accepted_canvas),
+                                      input_digests=inputs)
 
     # -- context manager ---------------------------------------------------------------------------
     def __enter__(self) -> "Recorder":

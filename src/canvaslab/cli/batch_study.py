@@ -36,6 +36,9 @@ def batch_study(
     steps: Optional[int] = options.Steps,
     max_new_tokens: Optional[int] = options.MaxNewTokens,
     record_ops: bool = typer.Option(True, "--record-ops/--modules-only", help="also record numeric ops between modules (finds origins)"),
+    repeat_control: str = typer.Option("fresh-process", "--repeat-control",
+                                       help="fresh-process: repeat B=1 in a new interpreter with another hash seed "
+                                            "(what a resumed study relies on); same-process: in this one"),
     out: Optional[Path] = typer.Option(None, "--out", help="write DIR/batch_study.json (a rerun with the same DIR resumes)"),
 ) -> None:
     """Does row 0's generation depend on what shares its batch? Compare it byte for byte with B=1."""
@@ -43,7 +46,7 @@ def batch_study(
     prompt_list = resolve_prompts(prompts)
     settings = BatchStudySettings(batch_sizes=sizes, fill=fill, copy_prompt_cache=copy_prompt_cache, rng=rng, mode=mode,
                                   seed=seed, generation=options.generation_overrides(steps, max_new_tokens),
-                                  record_ops=record_ops)
+                                  record_ops=record_ops, repeat_control=repeat_control)
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
     console = Console()
     total = len(prompt_list) * (len(sizes) - 1)

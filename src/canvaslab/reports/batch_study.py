@@ -57,9 +57,14 @@ def batch_study_table(result: dict[str, Any]) -> Table:
         f"{summary['stop_changed']} changed stopping point; passes matching {summary['passes_matching']}/"
         f"{summary['passes_total']}; {summary['bytes_compared']:,} bytes compared; batch sizes that agree: "
         f"{summary['equivalence_classes']}; repeat B=1 identical: {summary['repeat_control_identical']}"
+        f"{_repeat_where(result.get('repeat_control'))}"
     )
     skipped = sorted({label for run in result["runs"] for label in run.get("passes_not_compared", [])})
     if skipped:
         table.caption += (f"; not compared: {', '.join(skipped)} (the prompt, padded to the longest one, has another "
                           "shape than at B=1; later passes read it through the KV cache)")
     return table
+
+
+def _repeat_where(repeat: dict | None) -> str:
+    return f" ({repeat['process']})" if repeat else ""

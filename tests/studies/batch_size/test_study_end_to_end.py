@@ -47,6 +47,7 @@ def test_cli_study_writes_consistent_json(tmp_path, capsys):
     main(["batch-study", "--prompts", "2", "--batch-sizes", "1,2,3", "--steps", str(STEPS), "--out", str(tmp_path)])
     result = read_json(tmp_path / "batch_study.json")
     _check_consistent(result, 2, [1, 2, 3])
+    assert result["repeat_control"]["process"] == "fresh-process"  # the default
     assert not (tmp_path / PARTIAL_FILE).exists()
     out = capsys.readouterr().out
     assert "runs diverged" in out and "batch_study.json" in out
@@ -56,7 +57,7 @@ def test_cli_study_writes_consistent_json(tmp_path, capsys):
 
 def test_mixed_fill_and_encoder_studied(tiny):
     settings = BatchStudySettings(batch_sizes=[1, 2, 3], fill="mixed", copy_prompt_cache=False,
-                                  generation={"max_denoising_steps": STEPS})
+                                  repeat_control="same-process", generation={"max_denoising_steps": STEPS})
     result = run_batch_study(tiny, builtin_prompts(2), settings)
     _check_consistent(result, 2, [1, 2, 3])
     padded = {run["prompt_id"]: run["row0_left_padded"] for run in result["runs"]}
@@ -65,7 +66,8 @@ def test_mixed_fill_and_encoder_studied(tiny):
 
 
 def test_interrupted_study_resumes_without_redoing_runs(tmp_path, tiny):
-    settings = BatchStudySettings(batch_sizes=[1, 2, 3], generation={"max_denoising_steps": STEPS})
+    settings = BatchStudySettings(batch_sizes=[1, 2, 3], repeat_control="same-process",
+                                  generation={"max_denoising_steps": STEPS})
     prompts = builtin_prompts(2)
     seen = []
 

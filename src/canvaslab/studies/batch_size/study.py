@@ -3,7 +3,8 @@
 For every prompt: a B=1 reference capture, then a capture per batch size, compared byte for byte in
 execution order (``canvaslab.capture``). A diverged run is re-run on both sides keeping the few full
 tensors the element-level numbers need (first divergence, router scores, logits of that pass), so host
-memory stays bounded. A repeat of B=1 checks that the machine is run-to-run deterministic at all.
+memory stays bounded. A repeat of B=1 checks that the machine is run-to-run deterministic at all, by default in a fresh
+process (``repeat_control``): a resumed study compares signatures made in different processes.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from canvaslab.invariant import replaced_ops
 from canvaslab.io import read_json, write_json_atomic
 from canvaslab.prompts import BUILTIN_PROMPTS, Prompt
 from canvaslab.studies.batch_size.design import batch_rows, common_classes, equivalence_classes
+from canvaslab.studies.batch_size.repeat_control import check_repeat_control, run_repeat_control
 
 RESULT_FILE = "batch_study.json"
 PARTIAL_FILE = "batch_study.partial.json"
+# Part of the study key: a partial file whose signatures were made another way is not resumed.
+SIGNATURE_SCHEME = "sorted-pass-name-occurrence-v2"
 
 
 @dataclass
@@ -38,6 +42,10 @@ class BatchStudySettings:
     seed: int = 0
     generation: dict[str, Any] = field(default_factory=dict)
     record_ops: bool = True
+    repeat_control: str = "fresh-process"  # or "same-process"
+
+    def __post_init__(self) -> None:
+        check_repeat_control(self.repeat_control)
 
 
 def capture_signature(capture: Capture, reference: Capture | None = None, skip: Collection[PassKey] = ()) -> str:
@@ -48,7 +56,9 @@ def capture_signature(capture: Capture, reference: Capture | None = None, skip: 
     """
     outputs = {record.key: record.output for record in capture.records}
     keys = [record.key for record in (reference or capture).records if record.pass_key not in skip]
-    material = ",".join(f"{key[1]}@{key[2]}={outputs.get(key)}" for key in keys)
+    # Sorted, not in execution order: some calls run in hash order (see capture.recorder), and signatures
+    # are compared across processes (a resumed study, the fresh-process repeat control).
+    material = "\n".join(sorted(f"{key[0].label()}|{key[1]}@{key[2]}={outputs.get(key)}" for key in keys))
     return hashlib.blake2b(material.encode(), digest_size=12).hexdigest()
 
 
@@ -74,6 +84,11 @@ class _Runner:
                               copy_prompt_cache=self.settings.copy_prompt_cache, observers=[recorder],
                               generation=self.settings.generation)
         return recorder.capture, output.rows[0]
+
+
+def repeat_signature(loaded, settings: BatchStudySettings, prompt_ids: list[int]) -> str:
+    """The signature of a B=1 run of ``prompt_ids``, as the study computes its reference's."""
+    return capture_signature(_Runner(loaded, settings)([prompt_ids])[0], skip=passes_not_compared(settings))
 
 
 def _row_summary(row) -> dict[str, Any]:
@@ -170,12 +185,13 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
                     progress: Callable[[str], None] | None = None, config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the study; with ``out_dir``, finished runs are saved after each one and a rerun resumes."""
     out_dir = Path(out_dir) if out_dir is not None else None
-    config = {**(config or {}), "settings": asdict(settings), "prompts": [asdict(p) for p in prompts]}
+    config = {**(config or {}), "settings": asdict(settings), "prompts": [asdict(p) for p in prompts],
+              "signature_scheme": SIGNATURE_SCHEME}
     key = study_key(config)
     partial = _load_partial(out_dir, key)
     runs: list[dict] = partial.get("runs", [])
     signatures: dict[str, dict[str, str]] = partial.get("signatures", {})
-    repeat_identical = partial.get("repeat_control_identical")
+    repeat = partial.get("repeat_control")
     done = {(r["prompt_id"], r["batch_size"]) for r in runs}
     run = _Runner(loaded, settings)
     skip = passes_not_compared(settings)
@@ -185,14 +201,15 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
     notify = progress or (lambda message: None)
     for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
         todo = [b for b in settings.batch_sizes if b != 1 and (prompt.prompt_id, b) not in done]
-        if not todo and (repeat_identical is not None or index):
+        if not todo and (repeat is not None or index):
             continue
         notify(f"{prompt.prompt_id}: B=1 reference")
         reference = run([ids])
         signatures.setdefault(prompt.prompt_id, {})["1"] = capture_signature(reference[0], skip=skip)
-        if repeat_identical is None:
-            notify(f"{prompt.prompt_id}: B=1 repeat control")
-            repeat_identical = capture_signature(run([ids])[0], skip=skip) == signatures[prompt.prompt_id]["1"]
+        if repeat is None:
+            notify(f"{prompt.prompt_id}: B=1 repeat control ({settings.repeat_control})")
+            repeat = run_repeat_control(loaded, settings, ids, signatures[prompt.prompt_id]["1"],
+                                        lambda: capture_signature(run([ids])[0], skip=skip))
         others = encoded[:index] + encoded[index + 1:] + fillers
         for batch_size in todo:
             notify(f"{prompt.prompt_id}: B={batch_size}")
@@ -202,7 +219,7 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
             signatures[prompt.prompt_id][str(batch_size)] = result["signature"]
             if out_dir is not None:
                 write_json_atomic(out_dir / PARTIAL_FILE, {"study_key": key, "runs": runs, "signatures": signatures,
-                                                           "repeat_control_identical": repeat_identical})
+                                                           "repeat_control": repeat})
     order = {(p.prompt_id, b): i for i, p in enumerate(prompts) for b in settings.batch_sizes}
     runs.sort(key=lambda r: order[(r["prompt_id"], r["batch_size"])])
     per_prompt = {pid: equivalence_classes({int(b): s for b, s in sigs.items()}) for pid, sigs in signatures.items()}
@@ -215,7 +232,8 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
                                                rng=settings.rng),
         "equivalence_classes_per_prompt": per_prompt,
         "runs": runs,
-        "summary": summarize(runs, classes, bool(repeat_identical)),
+        "repeat_control": repeat,
+        "summary": summarize(runs, classes, bool(repeat and repeat["identical"])),
     }
     if out_dir is not None:
         write_json_atomic(out_dir / RESULT_FILE, result)
