@@ -36,3 +36,16 @@ def tiny():
 @pytest.fixture(scope="session")
 def prompt_ids(tiny):
     return tiny.tokenizer("the man said that the water in the river was cold")["input_ids"]
+
+
+@pytest.fixture(scope="session")
+def tiny_short_canvas(tmp_path_factory):
+    """The tiny preset with a 32-token canvas (random weights, float32): several canvases per generation
+    stay fast."""
+    from canvaslab.models.presets import PRESETS
+
+    config = PRESETS["tiny"].build_config()
+    config.canvas_length = 32
+    path = tmp_path_factory.mktemp("tiny_short_canvas") / "config.json"
+    path.write_text(config.to_json_string())
+    return load_model(str(path), dtype="float32")

@@ -13,8 +13,17 @@ The package is organised by the product's parts:
 """
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.invariant import batch_invariant
 
 __version__ = "0.1.0"
 
 __all__ = ["CanvaslabError", "__version__", "batch_invariant"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: torch and transformers take seconds to import, and the CLI must answer
+    # `--help` and bad input without paying for them.
+    if name == "batch_invariant":
+        from canvaslab.invariant import batch_invariant
+
+        return batch_invariant
+    raise AttributeError(f"module 'canvaslab' has no attribute {name!r}")

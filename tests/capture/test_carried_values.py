@@ -71,7 +71,9 @@ def test_difference_in_a_carried_value_is_named_as_that_value(tiny, prompt_ids, 
     assert first.kind == "carried"
     assert comparison.origin["name"] == f"carried: {value} from canvas 0 pass {after_pass}"
     assert comparison.origin["kind"] == "carried" and comparison.origin["inputs_identical"] is True
-    assert comparison.passes_matching == after_pass + 1  # pass after_pass and those before it match
+    # every pass counts: the prompt's encoder pass, then decoder passes 0..after_pass match
+    before = [key for key in reference.by_pass() if key.phase != "decoder" or key.step <= after_pass]
+    assert comparison.passes_matching == len(before) == after_pass + 2
 
 
 def test_carried_values_are_not_counted_as_compared_bytes_twice(tiny, prompt_ids):

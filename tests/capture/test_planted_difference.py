@@ -46,7 +46,8 @@ def _capture(tiny, ids, plant=None, keep=None):
 def test_repeat_runs_are_identical(tiny, prompt_ids):
     comparison = compare_captures(_capture(tiny, prompt_ids), _capture(tiny, prompt_ids))
     assert not comparison.diverged
-    assert comparison.passes_matching == comparison.passes_total == SETTINGS["max_denoising_steps"]
+    # every pass counts: the encoder over the prompt and each decoder pass
+    assert comparison.passes_matching == comparison.passes_total == 1 + SETTINGS["max_denoising_steps"]
     assert comparison.bytes_compared > 0
 
 
@@ -58,7 +59,7 @@ def test_planted_output_difference_found_at_module_pass_and_origin(tiny, prompt_
     assert comparison.first.name == MODULE
     assert (comparison.first.pass_key.phase, comparison.first.pass_key.step) == ("decoder", step)
     assert comparison.origin["name"] == MODULE and comparison.origin["inputs_identical"]
-    assert comparison.passes_matching == step  # every pass before the planted one matches
+    assert comparison.passes_matching == 1 + step  # every pass before the planted one matches, the encoder's too
     targets = comparison.detail_targets(reference)
     numbers = detail(comparison, _capture(tiny, prompt_ids, keep=targets),
                      _capture(tiny, prompt_ids, plant=(MODULE, step, "output"), keep=targets))

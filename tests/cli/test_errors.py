@@ -71,3 +71,15 @@ def test_bad_choices(capsys):
     assert "--rng" in _fails(capsys, "generate", "--prompt", "hi", "--rng", "sometimes")
     assert "--fill" in _fails(capsys, "batch-study", "--fill", "random", "--prompts", "1", "--batch-sizes", "1,2")
     assert "built-in set" in _fails(capsys, "batch-study", "--prompts", "99")
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--row", "3", "--batch-sizes", "1,2,8"], "does not exist at batch size 2"),
+    (["--row", "-1"], "numbered from 0"),
+    (["--row", "1", "--batch-sizes", "1,4", "--mode", "rowwise"], "rowwise"),
+])
+def test_impossible_studied_row(capsys, monkeypatch, argv, expected):
+    import canvaslab.cli.batch_study as command
+
+    monkeypatch.setattr(command, "load_model", lambda *a, **k: pytest.fail("work started before the check"))
+    assert expected in _fails(capsys, "batch-study", *argv)

@@ -157,3 +157,32 @@ def test_whole_generation_matches_b1_under_the_cuda_overrides(fill):
                                   generation={"max_denoising_steps": 2})
     summary = run_batch_study(tiny, builtin_prompts(2), settings)["summary"]
     assert summary["diverged"] == 0 and summary["passes_matching"] == summary["passes_total"] > 0
+
+
+@pytest.mark.parametrize("head_dim", [256, 512])
+def test_attention_left_padded_prompts_equal_alone(head_dim):
+    """A prompt pass encoded in the batch: rows left-padded by many lengths (padded queries see no key).
+    Each row's real queries equal the row alone bit for bit, on the memory-efficient kernel with rows grouped
+    by padding; padded queries are zeros."""
+    from canvaslab.invariant.attention import invariant_attention_forward
+
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = True, 2
+    paddings = [0, 1, 5, 12, 13, 20, 5, 63, 64, 100]
+    width = 120
+    batch = len(paddings)
+    q, k, v = _rand(batch, 8, width, head_dim), _rand(batch, 4, width, head_dim, seed=1), _rand(batch, 4, width, head_dim, seed=2)
+    start = torch.tensor(paddings, device="cuda")
+    keys_real = torch.arange(width, device="cuda")[None] >= start[:, None]
+    mask = (torch.ones(width, width, dtype=torch.bool, device="cuda").tril()[None] & keys_real[:, None, :])[:, None]
+    out, _ = invariant_attention_forward(module, q, k, v, mask, scaling=head_dim ** -0.5)
+    for row, padding in enumerate(paddings):
+        alone, _ = invariant_attention_forward(module, q[row:row + 1, :, padding:], k[row:row + 1, :, padding:],
+                                               v[row:row + 1, :, padding:], None, scaling=head_dim ** -0.5)
+        assert torch.equal(out[row, padding:], alone[0]), padding
+        assert not out[row, :padding].any(), padding
+        reference = torch.nn.functional.scaled_dot_product_attention(
+            q[row:row + 1, :, padding:].float(), k[row:row + 1, :, padding:].float().repeat_interleave(2, 1),
+            v[row:row + 1, :, padding:].float().repeat_interleave(2, 1), is_causal=True, scale=head_dim ** -0.5)
+        error = (alone[0].float() - reference[0].transpose(0, 1)).norm() / reference.norm()
+        assert error.item() < 1e-2  # bf16 inputs and output

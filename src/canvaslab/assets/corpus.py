@@ -19,6 +19,7 @@ from pathlib import Path
 
 from canvaslab.assets.corpus_sources import CORPUS_SOURCES, CorpusSource
 from canvaslab.assets.registry_fetch import apt_download, deb_version, npm_pack, unpack_deb, unpack_npm_tarball
+from canvaslab.errors import CanvaslabError
 from canvaslab.io import write_json_atomic
 
 DOCUMENT_SEPARATOR = "\n\n"
@@ -80,6 +81,8 @@ def build_corpus(
     Downloads go to a temporary folder (under ``scratch_dir`` if given) that is removed afterwards.
     """
     out = Path(out).expanduser()
+    if out.is_dir():  # checked before ~30 MB of downloads, not at the final rename
+        raise CanvaslabError(f"--out {out} is a folder; give the corpus file's path, e.g. {out / 'corpus.txt'}")
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     entries: list[dict] = []

@@ -21,7 +21,6 @@ from canvaslab.capture.digest import bits
 from canvaslab.capture.recorder import DECODER_LAYER, Capture, CallRecord, PassKey
 
 
-
 @dataclass
 class Comparison:
     passes_total: int = 0
@@ -98,39 +97,40 @@ def _positions_per_layer(group_ref: list[CallRecord], matched: dict) -> tuple[di
 def compare_captures(reference: Capture, run: Capture, skip: Collection[PassKey] = ()) -> Comparison:
     """Byte-exact comparison of two captures, pass by pass, in the reference's execution order.
 
-    Calls are matched by (pass, name, occurrence), so a mode that adds calls (e.g. attention run once
-    per sequence) still lines up with the reference. Passes in ``skip`` are left out (a prompt pass that
-    padding gave another shape): what they computed reaches the later passes through the KV cache.
+    Calls are matched by (pass, name, occurrence), so a mode that adds calls still lines up with the
+    reference. Every pass counts (prompt cache, encoder, decoder): a pass matches when each of its calls
+    has a counterpart of the same shape and value, so the run diverged exactly when some pass does not
+    match. Passes in ``skip`` are left out.
     """
     result = Comparison()
     ref_groups, run_groups = reference.by_pass(), run.by_pass()
     for key, group_ref in ref_groups.items():
         if key in skip:
             continue
+        result.passes_total += 1
         group_run = run_groups.get(key)
         if group_run is None:
             result.structure_changed = result.structure_changed or f"{key.label()} is missing from the run"
             continue
         matched = {record.key: record for record in group_run}
-        missing = [r for r in group_ref if r.key not in matched or matched[r.key].shape != r.shape]
+        missing = {i for i, r in enumerate(group_ref) if r.key not in matched or matched[r.key].shape != r.shape}
         if missing and result.structure_changed is None:
-            result.structure_changed = f"{key.label()}: {missing[0].name} has no counterpart in the run"
+            result.structure_changed = f"{key.label()}: {group_ref[min(missing)].name} has no counterpart in the run"
         # ops and carried values repeat bytes a module or the sampler already output: counted once
-        result.bytes_compared += sum(r.nbytes for r in group_ref if r.kind in ("module", "sampler") and r not in missing)
-        differing = [i for i, r in enumerate(group_ref) if r.key not in matched or matched[r.key].output != r.output]
-        if key.phase == "decoder":
-            result.passes_total += 1
-            result.passes_matching += int(not differing)
+        result.bytes_compared += sum(r.nbytes for i, r in enumerate(group_ref)
+                                     if r.kind in ("module", "sampler") and i not in missing)
+        differing = [i for i, r in enumerate(group_ref) if i in missing or matched[r.key].output != r.output]
+        result.passes_matching += int(not differing)
         if differing and result.first is None:
             result.first = group_ref[differing[0]]
             result.origin = _origin(group_ref, matched, differing[0])
             result.spread_pass = key if key.phase == "decoder" else PassKey(key.canvas, "decoder", 0)
         if result.spread_pass == key:
             result.positions_per_layer, result.canvas_positions = _positions_per_layer(group_ref, matched)
-    extra = [key for key in run_groups if key not in ref_groups and key.phase == "decoder"]
+    extra = [key for key in run_groups if key not in ref_groups and key not in skip]
     result.passes_total += len(extra)  # passes only the run made (it stopped later) never match
     if extra and result.structure_changed is None:
-        result.structure_changed = f"the run made {len(extra)} more decoder passes than the reference"
+        result.structure_changed = f"the run made {len(extra)} more passes than the reference"
     return result
 
 

@@ -1,4 +1,4 @@
-"""Exact, order-independent fingerprints of row 0 of a tensor, computed where the tensor lives.
+"""Exact, order-independent fingerprints of one row of a tensor, computed where the tensor lives.
 
 A run at real shapes produces terabytes of activations; holding them is impossible, so every capture
 is reduced on the device to integer digests: the raw bits of each element times an odd per-column and
@@ -17,15 +17,16 @@ from torch import nn
 _BITS_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def row_slice(tensor: torch.Tensor, batch: int) -> torch.Tensor:
-    """Row 0's share of ``tensor``: ``[: n // batch]`` along dim 0 when dim 0 is a multiple of the batch.
+def row_slice(tensor: torch.Tensor, batch: int, row: int = 0) -> torch.Tensor:
+    """Row ``row``'s share of ``tensor``: its ``n // batch`` entries along dim 0 when dim 0 is a multiple of the batch.
 
     Covers ``(batch, ...)`` tensors and flattened ``(batch * positions, ...)`` ones. Parameters, scalars and
     shared tensors (dim 0 not a multiple, e.g. broadcast position embeddings) are kept whole.
     """
     if isinstance(tensor, nn.Parameter) or tensor.dim() == 0 or tensor.shape[0] % batch:
         return tensor
-    return tensor[: tensor.shape[0] // batch]
+    share = tensor.shape[0] // batch
+    return tensor[row * share:(row + 1) * share]
 
 
 @lru_cache(maxsize=64)

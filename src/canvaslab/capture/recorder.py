@@ -1,4 +1,5 @@
-"""Record row 0 of every encoder and decoder module call, every numeric op, and every sampler decision.
+"""Record one row (row 0 unless told) of every encoder and decoder module call, every numeric op, and every
+sampler decision.
 
 ``Recorder`` is a context manager around one ``generate`` call. It uses only PyTorch's extension points:
 module forward (pre-)hooks for module outputs and inputs, a ``TorchFunctionMode`` for the numeric ops
@@ -7,7 +8,7 @@ generation runner's ``accept_canvas`` observer for sampler decisions. Each call 
 of digests (``capture.digest``), so memory grows with the number of calls, not with activation sizes.
 Digests stay on the device until the pass ends and are then read back in one transfer, so capture adds
 one host synchronisation per pass rather than one per call.
-Calls listed in ``keep`` also keep row 0's full output on the device, for the detailed comparison.
+Calls listed in ``keep`` also keep the row's full output on the device, for the detailed comparison.
 
 A call's identity (``CallRecord.key``) must be the same in every Python process, or signatures compared
 across processes (a resumed study, a repeat in a fresh process) would differ for identical values.
@@ -21,6 +22,11 @@ Two values reach each decoder pass from the previous one through code outside an
 (renoised by the sampler, or the initial noise) and the self-conditioning logits. They are recorded at
 the start of the pass as ``carried`` calls whose inputs are what produced them in the previous pass (the
 sampler's decision and the logits it saw), so a difference made in the hand-over is found there.
+
+Only the row's own data is digested. When its prompt is encoded inside the batch, left-padded by ``p`` to
+the batch's widest prompt, the values of that pass are digested over its real positions only (the last
+``width - p`` along each position dim), which are what the row computes alone; its padded positions hold
+nothing of its own. Work for other rows' prompts in the B=1 prompt cache is not recorded.
 """
 
 from __future__ import annotations
@@ -63,6 +69,33 @@ class PassKey:
         if self.phase == "prompt_cache":
             return "prompt cache (B=1 encoder)"
         return f"canvas {self.canvas} encoder" if self.phase == "encoder" else f"canvas {self.canvas} pass {self.step}"
+
+
+# The pass that encodes the prompt (inside the batch unless the B=1 prompt cache is copied).
+PROMPT_PASS = PassKey(canvas=0, phase="encoder", step=0)
+# The attention op's tensors are (batch, heads, positions, head_dim); its mask, the 4th input, also has a
+# key dim, over positions too in the prompt pass.
+ATTENTION_OP = "::scaled_dot_product_attention"
+
+
+def real_positions(part: torch.Tensor, sliced: bool, name: str, index: int, width: int, padding: int) -> torch.Tensor:
+    """A row's share of a prompt-pass tensor restricted to its last ``width - padding`` positions.
+
+    Position dims by layout: dim 2 (and the mask's dim 3) of the attention op; dim 0 of a row's share of
+    flattened tokens ``(batch * width, ...)``; dim 1 of ``(1, width, ...)``. Anything else is left whole.
+    """
+    if name.endswith(ATTENTION_OP):
+        dims = [2, 3] if index == 3 else [2]
+    elif sliced and part.shape[0] == width:
+        dims = [0]
+    elif part.dim() >= 2 and part.shape[0] == 1:
+        dims = [1]
+    else:
+        dims = []
+    for dim in dims:
+        if dim < part.dim() and part.shape[dim] == width:
+            part = part.narrow(dim, padding, width - padding)
+    return part
 
 
 @dataclass
@@ -153,10 +186,20 @@ class _OpRecorder(TorchFunctionMode):
 
 
 class Recorder:
-    """Context manager recording one generate call of ``model`` whose batch has ``batch`` rows."""
+    """Context manager recording row ``row`` of one generate call of ``model`` whose batch has ``batch`` rows.
 
-    def __init__(self, model, batch: int, keep: set[tuple[PassKey, str, int]] | None = None, record_ops: bool = True):
+    ``prompt_padding``: the row's left padding when its prompt is encoded inside the batch (0 when the B=1
+    prompt cache is copied); that pass is then digested over the row's real positions.
+    """
+
+    def __init__(self, model, batch: int, keep: set[tuple[PassKey, str, int]] | None = None, record_ops: bool = True,
+                 row: int = 0, prompt_padding: int = 0):
+        if not 0 <= row < batch:
+            raise ValueError(f"row {row} is not in a batch of {batch}")
         self.model = model
+        self.row, self.prompt_padding = row, prompt_padding
+        self._prompt_width: int | None = None  # the padded prompt's width, read from the encoder's input
+        self._encodes_row = True  # in the prompt cache: whether the prompt being encoded is the row's
         self.capture = Capture(batch=batch)
         self.keep = keep or set()
         self.record_ops = record_ops
@@ -183,8 +226,24 @@ class Recorder:
         """Rows of the forward in flight: the prompt cache is encoded one prompt at a time."""
         return 1 if self._in_prompt_cache else self.capture.batch
 
+    def row_now(self) -> int:
+        return 0 if self._in_prompt_cache else self.row
+
+    def records_now(self) -> bool:
+        """False while the B=1 prompt cache encodes another row's prompt."""
+        return self._encodes_row or not self._in_prompt_cache
+
     def records_ops_now(self) -> bool:
-        return self.record_ops and self._opaque_depth == 0 and not self._busy
+        return self.record_ops and self._opaque_depth == 0 and not self._busy and self.records_now()
+
+    def _studied(self, tensor: torch.Tensor, name: str, index: int = -1) -> torch.Tensor:
+        """The studied row's share of ``tensor``; in a padded prompt pass, over its real positions only."""
+        batch = self.batch_now()
+        part = row_slice(tensor, batch, self.row_now())
+        if not self.prompt_padding or self._pass != PROMPT_PASS or self._prompt_width is None:
+            return part
+        sliced = part is not tensor and batch > 1
+        return real_positions(part, sliced, name, index, self._prompt_width, self.prompt_padding)
 
     def _enter_pass(self, key: PassKey) -> None:
         self._flush()
@@ -220,11 +279,12 @@ class Recorder:
         tensor = first_tensor(output)
         if tensor is None or not tensor.is_floating_point() and tensor.dtype not in (torch.int64, torch.bool, torch.int32):
             return None
-        batch = self.batch_now()
-        row = row_slice(tensor, batch)
+        if not self.records_now():
+            return None
+        row = self._studied(tensor, name)
         if input_digests is None:
-            input_digests = tuple(digest_tensor(row_slice(t, batch)) for t in inputs)
-        rows = [digest_rows(row_slice(t, batch)) for t in tensors_in([output])]
+            input_digests = tuple(digest_tensor(self._studied(t, name, i)) for i, t in enumerate(inputs))
+        rows = [digest_rows(self._studied(t, name)) for t in tensors_in([output])]
         combined = sum(fold(r) * (2 * i + 1) for i, r in enumerate(rows))
         spread = kind == "module" and row.dim() == 3 and row.shape[0] == 1 and DECODER_LAYER.search(name)
         occurrence = self._occurrences.get(name, 0)
@@ -267,12 +327,15 @@ class Recorder:
             step = self._pass.step + 1 if self._pass.phase == "decoder" else 0
             self._enter_pass(PassKey(self._pass.canvas, "decoder", step))
             self._record_carried(kwargs)
-        batch = self.batch_now()
-        inputs = tensors_in(list(args) + list(kwargs.values()))
-        self._stack.append(self._call_name(module, args, kwargs))
-        self._busy = True
-        module._canvaslab_inputs = tuple(digest_tensor(row_slice(t, batch)) for t in inputs)
-        self._busy = False
+        if module is self._encoder and self._pass == PROMPT_PASS and isinstance(kwargs.get("input_ids"), torch.Tensor):
+            self._prompt_width = kwargs["input_ids"].shape[-1]
+        name = self._call_name(module, args, kwargs)
+        self._stack.append(name)
+        if self.records_now():
+            inputs = tensors_in(list(args) + list(kwargs.values()))
+            self._busy = True
+            module._canvaslab_inputs = tuple(digest_tensor(self._studied(t, name, i)) for i, t in enumerate(inputs))
+            self._busy = False
         if type(module).__name__.endswith(OPAQUE_MODULE_SUFFIXES):
             self._opaque_depth += 1
 
@@ -292,10 +355,14 @@ class Recorder:
         if self._in_prompt_cache:
             self._enter_pass(PassKey(canvas=-1, phase="prompt_cache", step=0))
 
+    def on_prompt_encoding(self, rows: list[int]) -> None:
+        """The runner's notice that the B=1 prompt cache now encodes the prompt of ``rows``."""
+        self._encodes_row = self.row in rows
+
     def on_accept(self, *, logits, accepted_mask, accepted_canvas, cur_step, entropy=None) -> None:
         """The runner's ``accept_canvas`` observer: the sampler's decision for this pass."""
         self._busy = True
-        inputs = (digest_tensor(row_slice(logits, self.batch_now())),)
+        inputs = (digest_tensor(self._studied(logits, "sampler.accept_canvas")),)
         self._busy = False
         self._last_sampler = self.add("sampler", "sampler.accept_canvas", [], (accepted_mask, accepted_canvas),
                                       input_digests=inputs)

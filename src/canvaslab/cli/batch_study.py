@@ -3,65 +3,72 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from canvaslab.cli import options
 from canvaslab.cli.app import app
-from canvaslab.models import load_model
-from canvaslab.prompts import resolve_prompts
-from canvaslab.reports.batch_study import batch_study_table
-from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
-from canvaslab.studies.batch_size.design import parse_batch_sizes
+from canvaslab.cli.progress import progress as study_progress
 
 
 @app.command("batch-study")
 def batch_study(
-    model: str = options.Model,
-    prompts: str = typer.Option("3", "--prompts", help="N built-in prompts, or a file (.txt: one per line; .jsonl: {\"prompt\": ...})"),
-    batch_sizes: str = typer.Option("1,2,3,4", "--batch-sizes", help="comma-separated; B=1 is the reference"),
-    fill: str = typer.Option("copies", "--fill", help="copies: other rows are bit-identical copies; mixed: other prompts"),
-    copy_prompt_cache: bool = typer.Option(True, "--copy-prompt-cache/--no-copy-prompt-cache",
-                                           help="give every row the B=1 prompt cache, as the seeds did; off studies the encoder on the batch"),
-    rng: str = options.Rng,
-    mode: str = options.Mode,
-    seed: int = options.Seed,
-    dtype: str = options.Dtype,
-    device: str = options.Device,
-    layers: Optional[int] = options.Layers,
-    model_seed: int = options.ModelSeed,
-    steps: Optional[int] = options.Steps,
-    max_new_tokens: Optional[int] = options.MaxNewTokens,
-    record_ops: bool = typer.Option(True, "--record-ops/--modules-only", help="also record numeric ops between modules (finds origins)"),
-    repeat_control: str = typer.Option("fresh-process", "--repeat-control",
-                                       help="fresh-process: repeat B=1 in a new interpreter with another hash seed "
-                                            "(what a resumed study relies on); same-process: in this one"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write DIR/batch_study.json (a rerun with the same DIR resumes)"),
+    model: options.Model = "tiny",
+    prompts: Annotated[str, typer.Option(
+        "--prompts", help="N built-in prompts, or a file (.txt: one per line; .jsonl: {\"prompt\": ...})",
+        callback=options.prompts)] = "3",
+    batch_sizes: options.BatchSizes = "1,2,3,4",
+    fill: Annotated[str, typer.Option("--fill", help="copies: other rows are bit-identical copies; mixed: other prompts",
+                                      callback=options.one_of(options.FILLS))] = "copies",
+    row: Annotated[int, typer.Option("--row", help="the studied prompt's row in every batch (B=1 is the reference)",
+                                     callback=options.whole_number(0))] = 0,
+    copy_prompt_cache: Annotated[bool, typer.Option(
+        "--copy-prompt-cache/--no-copy-prompt-cache",
+        help="give every row the B=1 prompt cache, as the seeds did; off studies the encoder on the batch")] = True,
+    rng: options.Rng = "row",
+    mode: options.Mode = "stock",
+    seed: options.Seed = 0,
+    dtype: options.Dtype = "auto",
+    device: options.Device = "cpu",
+    layers: options.Layers = None,
+    model_seed: options.ModelSeed = 0,
+    steps: options.Steps = None,
+    max_new_tokens: options.MaxNewTokens = None,
+    record_ops: Annotated[bool, typer.Option("--record-ops/--modules-only",
+                                             help="also record numeric ops between modules (finds origins)")] = True,
+    repeat_control: Annotated[str, typer.Option(
+        "--repeat-control", help="fresh-process: repeat B=1 in a new interpreter with another hash seed "
+                                 "(what a resumed study relies on); same-process: in this one",
+        callback=options.one_of(("fresh-process", "same-process")))] = "fresh-process",
+    wide: Annotated[bool, typer.Option("--wide", help="full module paths in the table (wider than 80 columns)")] = False,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="write DIR/batch_study.json (a rerun with the same DIR resumes)",
+        callback=options.writable_folder)] = None,
 ) -> None:
-    """Does row 0's generation depend on what shares its batch? Compare it byte for byte with B=1."""
-    sizes = parse_batch_sizes(batch_sizes)
+    """Does a row's generation depend on what shares its batch? Compare it byte for byte with B=1."""
+    from rich.console import Console
+
+    from canvaslab.models import load_model
+    from canvaslab.prompts import resolve_prompts
+    from canvaslab.reports.batch_study import batch_study_table
+    from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
+    from canvaslab.studies.batch_size.design import check_row
+    from canvaslab.studies.batch_size.study import read_partial
+
+    sizes = options.parse_batch_sizes(batch_sizes)
+    check_row(row, sizes, mode)
     prompt_list = resolve_prompts(prompts)
+    read_partial(out)  # a damaged state file is refused before the model loads
     settings = BatchStudySettings(batch_sizes=sizes, fill=fill, copy_prompt_cache=copy_prompt_cache, rng=rng, mode=mode,
                                   seed=seed, generation=options.generation_overrides(steps, max_new_tokens),
-                                  record_ops=record_ops, repeat_control=repeat_control)
+                                  record_ops=record_ops, repeat_control=repeat_control, row=row)
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
-    console = Console()
-    total = len(prompt_list) * (len(sizes) - 1)
     config = {"model": model, "dtype": dtype, "device": str(loaded.device), "layers": layers, "model_seed": model_seed,
               "generation": loaded.generation_defaults}
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("batch-size study", total=total)
-
-        def progress(message: str) -> None:
-            bar.update(task, description=message)
-            if "B=1" not in message:
-                bar.advance(task)
-
+    with study_progress("batch-size study", "runs") as progress:
         result = run_batch_study(loaded, prompt_list, settings, out_dir=out, progress=progress, config=config)
-    console.print(batch_study_table(result))
+    console = Console()
+    console.print(batch_study_table(result, wide=wide))
     if out is not None:
-        console.print(f"wrote {out / 'batch_study.json'}")
+        console.print(f"wrote {out / 'batch_study.json'}", highlight=False)

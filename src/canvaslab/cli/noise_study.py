@@ -7,34 +7,40 @@ and refuses one that changed after its first result.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from canvaslab.cli import options
 from canvaslab.cli.app import app
+from canvaslab.cli.progress import progress as study_progress
 from canvaslab.errors import CanvaslabError
 
 noise_app = typer.Typer(help="The unused-token noise study: register a plan, then run it.", no_args_is_help=True)
 app.add_typer(noise_app, name="noise-study")
 
+DESIGNS = ("default", "small")  # canvaslab.studies.unused_tokens.plan's designs (held equal by tests/cli)
+
 
 @noise_app.command("plan")
 def plan_command(
-    model: str = options.Model,
-    out: Path = typer.Option(..., "--out", help="folder for plan.json and plan.sha256; the run writes there too"),
-    design: str = typer.Option("default", "--design", help="default: 2,304 conditions (GPU); small: 12 (CPU tests)"),
-    margin: Optional[float] = typer.Option(None, "--margin", help="equivalence margin of the primary outcome (0.05)"),
-    token_counts: Optional[Path] = typer.Option(None, "--token-counts",
-                                                help="token_counts.npy of `canvaslab vocab-scan --corpus`: the rare "
-                                                     "control's least frequent tokens"),
-    seed: int = options.Seed,
-    layers: Optional[int] = options.Layers,
-    model_seed: int = options.ModelSeed,
+    model: options.Model = "tiny",
+    out: Annotated[Path, typer.Option("--out", help="folder for plan.json and plan.sha256; the run writes there too",
+                                      callback=options.writable_folder)] = ...,
+    design: Annotated[str, typer.Option("--design", help="default: 2,304 conditions (GPU); small: 12 (CPU tests)",
+                                        callback=options.one_of(DESIGNS))] = "default",
+    margin: Annotated[Optional[float], typer.Option("--margin", help="equivalence margin of the primary outcome (0.05)",
+                                                    callback=options.positive_number)] = None,
+    token_counts: Annotated[Optional[Path], typer.Option(
+        "--token-counts", help="token_counts.npy of `canvaslab vocab-scan --corpus`: the rare control's least "
+                               "frequent tokens", callback=options.readable_file((".npy",)))] = None,
+    seed: options.Seed = 0,
+    layers: options.Layers = None,
+    model_seed: options.ModelSeed = 0,
 ) -> None:
     """Register the design: factors, outcomes, analysis, margins, decision rule; prints its hash."""
+    from rich.console import Console
+
     from canvaslab.studies.unused_tokens.model_facts import read_model_facts
     from canvaslab.studies.unused_tokens.noise_study import RESULTS_FILE
     from canvaslab.studies.unused_tokens.plan import build_plan, save_plan
@@ -57,27 +63,26 @@ def plan_command(
 
 @noise_app.command("run")
 def run_command(
-    directory: Path = typer.Argument(..., help="the folder `noise-study plan --out` wrote"),
-    device: str = options.Device,
-    dtype: str = options.Dtype,
-    batch_size: int = typer.Option(8, "--batch-size", help="rows of the safeguard's batched runs"),
-    mode: str = options.Mode,
-    limit: Optional[int] = typer.Option(None, "--limit", help="run at most N more conditions, then report"),
+    directory: Annotated[Path, typer.Argument(help="the folder `noise-study plan --out` wrote",
+                                              callback=options.existing_writable_folder)],
+    device: options.Device = "cpu",
+    dtype: options.Dtype = "auto",
+    batch_size: Annotated[int, typer.Option("--batch-size", help="rows of the safeguard's batched runs",
+                                            callback=options.whole_number(1))] = 8,
+    mode: options.Mode = "stock",
+    limit: Annotated[Optional[int], typer.Option("--limit", help="run at most N more conditions, then report",
+                                                 callback=options.whole_number(1))] = None,
 ) -> None:
     """Run (or resume) a registered plan; writes results.jsonl and noise_study.json, prints the effects."""
     # Imported here: scipy (the statistics) takes about a second that other commands need not pay.
+    from rich.console import Console
+
     from canvaslab.reports.noise_study import noise_study_table
     from canvaslab.studies.unused_tokens.noise_study import REPORT_FILE, run_noise_study
 
-    console = Console()
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("noise study", total=None)
-
-        def progress(done: int, total: int, condition_id: str) -> None:
-            bar.update(task, completed=done, total=total, description=condition_id)
-
+    with study_progress("noise study", "conditions") as progress:
         report = run_noise_study(directory, device=device, dtype=dtype, batch_size=batch_size, mode=mode,
                                  limit=limit, progress=progress)
+    console = Console()
     console.print(noise_study_table(report), crop=False)
     console.print(f"wrote {directory / REPORT_FILE}", highlight=False)

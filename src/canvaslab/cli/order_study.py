@@ -10,47 +10,64 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from canvaslab.cli import options
 from canvaslab.cli.app import app
+from canvaslab.cli.progress import progress as study_progress
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order.probes.probe import REGIMES
 
 BASELINE_COLUMN = "AR acc"
+# canvaslab.studies.commit_order.probes.probe's REGIMES and SPLITS (held equal by tests/cli): spelled out
+# here so that checking --regimes imports nothing.
+REGIMES = ("math", "code_completion", "code_synthesis", "factual", "open_ended", "json")
+SPLITS = ("exploratory", "confirmatory", "all")
+
+
+def _regimes(ctx, param, value):
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in REGIMES]
+    if unknown or not names:
+        raise CanvaslabError(f"--regimes {value!r}: give one or more of {', '.join(REGIMES)}, comma-separated")
+    return value
 
 
 @app.command("order-study")
 def order_study(
-    model: str = options.Model,
-    regimes: str = typer.Option(",".join(REGIMES), "--regimes", help=f"comma-separated, from: {', '.join(REGIMES)}"),
-    seeds: int = typer.Option(5, "--seeds", help="seeds per prompt (0..N-1)"),
-    prompts_per_regime: int = typer.Option(20, "--prompts-per-regime", help="probes per regime"),
-    split: str = typer.Option("confirmatory", "--split", help="exploratory, confirmatory or all"),
-    batch_size: int = typer.Option(8, "--batch-size", help="rows per generate call (one seed per batch)"),
-    out: Path = typer.Option(..., "--out", help="folder for traces.jsonl and order_metrics.json (a rerun resumes)"),
-    baseline: Optional[Path] = typer.Option(None, "--baseline",
-                                            help="local autoregressive transformers checkpoint: accuracy to compare"),
-    parquet: bool = typer.Option(False, "--parquet", help="also write DIR/traces.parquet"),
-    mode: str = options.Mode,
-    rng: str = options.Rng,
-    steps: Optional[int] = options.Steps,
-    max_new_tokens: Optional[int] = options.MaxNewTokens,
-    dtype: str = options.Dtype,
-    device: str = options.Device,
-    layers: Optional[int] = options.Layers,
-    model_seed: int = options.ModelSeed,
-    bootstrap: int = typer.Option(1000, "--bootstrap", help="prompt-clustered bootstrap resamples; 0 = no CIs"),
+    model: options.Model = "tiny",
+    regimes: Annotated[str, typer.Option("--regimes", help=f"comma-separated, from: {', '.join(REGIMES)}",
+                                         callback=_regimes)] = ",".join(REGIMES),
+    seeds: Annotated[int, typer.Option("--seeds", help="seeds per prompt (0..N-1)",
+                                       callback=options.whole_number(1))] = 5,
+    prompts_per_regime: Annotated[int, typer.Option("--prompts-per-regime", help="probes per regime",
+                                                    callback=options.whole_number(1))] = 20,
+    split: Annotated[str, typer.Option("--split", help="exploratory, confirmatory or all",
+                                       callback=options.one_of(SPLITS))] = "confirmatory",
+    batch_size: Annotated[int, typer.Option("--batch-size", help="rows per generate call (one seed per batch)",
+                                            callback=options.whole_number(1))] = 8,
+    out: Annotated[Path, typer.Option("--out", help="folder for traces.jsonl and order_metrics.json (a rerun resumes)",
+                                      callback=options.writable_folder)] = ...,
+    baseline: Annotated[Optional[Path], typer.Option(
+        "--baseline", help="local autoregressive transformers checkpoint: accuracy to compare")] = None,
+    parquet: Annotated[bool, typer.Option("--parquet", help="also write DIR/traces.parquet")] = False,
+    mode: options.Mode = "stock",
+    rng: options.Rng = "row",
+    steps: options.Steps = None,
+    max_new_tokens: options.MaxNewTokens = None,
+    dtype: options.Dtype = "auto",
+    device: options.Device = "cpu",
+    layers: options.Layers = None,
+    model_seed: options.ModelSeed = 0,
+    bootstrap: options.Bootstrap = 1000,
+    wide: Annotated[bool, typer.Option("--wide", help="one table (wider than 80 columns) instead of two")] = False,
 ) -> None:
     """In what order does the sampler commit canvas positions, per regime, and does confidence predict correctness?"""
-    _check_options(seeds, batch_size, bootstrap, out)
     baseline_path = _baseline_path(baseline)
     # Imported here: torch models, scipy and scikit-learn would slow every other canvaslab command.
+    from rich.console import Console
+
     from canvaslab.models import load_model
     from canvaslab.studies.commit_order.probes import load_probe_suite
     from canvaslab.studies.commit_order.study import run_order_study
@@ -59,29 +76,19 @@ def order_study(
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
     config = {"command": {"model": model, "split": split, "prompts_per_regime": prompts_per_regime,
                           "dtype": dtype, "device": str(loaded.device), "layers": layers, "model_seed": model_seed}}
-    console = Console()
-    with _progress_bar(console) as bar:
-        task = bar.add_task("order study", total=None)
+    with study_progress("order study", "generations") as progress:
         metrics = run_order_study(
             loaded, probes, list(range(seeds)), out_dir=out, batch_size=batch_size, mode=mode, rng=rng,
             generation=options.generation_overrides(steps, max_new_tokens), parquet=parquet, n_bootstrap=bootstrap,
-            progress=lambda done, total: bar.update(task, completed=done, total=total), config=config,
+            progress=lambda done, total: progress(done, total), config=config,
         )
+    console = Console()
     if baseline_path is not None:
         budget = metrics["study"]["generation"]["max_new_tokens"]
         del loaded
         _free_memory()
-        metrics = _add_baseline(console, metrics, baseline_path, probes, out, budget, device, dtype, batch_size)
-    _print_results(console, metrics, out, parquet)
-
-
-def _check_options(seeds: int, batch_size: int, bootstrap: int, out: Path) -> None:
-    if seeds < 1 or batch_size < 1:
-        raise CanvaslabError(f"--seeds and --batch-size must be at least 1 (got {seeds} and {batch_size})")
-    if bootstrap < 0:
-        raise CanvaslabError(f"--bootstrap must be >= 0, got {bootstrap}")
-    if out.exists() and not out.is_dir():
-        raise CanvaslabError(f"--out {out} is a file; give a folder")
+        metrics = _add_baseline(metrics, baseline_path, probes, out, budget, device, dtype, batch_size)
+    _print_results(console, metrics, out, parquet, wide)
 
 
 def _baseline_path(baseline: Optional[Path]) -> Optional[Path]:
@@ -93,11 +100,6 @@ def _baseline_path(baseline: Optional[Path]) -> Optional[Path]:
     return check_baseline_path(baseline)
 
 
-def _progress_bar(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TimeElapsedColumn(), console=console, transient=True)
-
-
 def _free_memory() -> None:
     """Let the diffusion model go before the baseline loads (two 26B models need not share the GPU)."""
     import torch
@@ -107,33 +109,32 @@ def _free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _add_baseline(console: Console, metrics: dict[str, Any], path: Path, probes, out: Path, max_new_tokens: int,
+def _add_baseline(metrics: dict[str, Any], path: Path, probes, out: Path, max_new_tokens: int,
                   device: str, dtype: str, batch_size: int) -> dict[str, Any]:
     """Score the baseline, write baseline.json, and keep its accuracy in order_metrics.json under ``baseline``."""
     from canvaslab.io import write_json_atomic
     from canvaslab.studies.commit_order.baseline import baseline_summary, run_baseline
     from canvaslab.studies.commit_order.study import METRICS_FILE
 
-    with _progress_bar(console) as bar:
-        task = bar.add_task("baseline", total=len(probes))
+    with study_progress("baseline", "probes") as progress:
         result = run_baseline(path, probes, out, max_new_tokens=max_new_tokens, device=device, dtype=dtype,
-                              batch_size=batch_size, progress=lambda done, total: bar.update(task, completed=done))
+                              batch_size=batch_size, progress=lambda done, total: progress(done, total))
     metrics = {**metrics, "baseline": baseline_summary(result)}
     write_json_atomic(out / METRICS_FILE, metrics)
     return metrics
 
 
-def _print_results(console: Console, metrics: dict[str, Any], out: Path, parquet: bool) -> None:
-    from canvaslab.cli.order_metrics import order_metrics_table
+def _print_results(console, metrics: dict[str, Any], out: Path, parquet: bool, wide: bool) -> None:
+    from canvaslab.reports.order_metrics import order_metrics_tables
     from canvaslab.studies.commit_order.baseline import BASELINE_FILE
     from canvaslab.studies.commit_order.study import METRICS_FILE, PARQUET_FILE, TRACES_FILE
 
-    table = order_metrics_table(metrics)
+    extra = {}
     if "baseline" in metrics:
         regimes = metrics["baseline"]["regimes"]
-        values = [_accuracy_cell(regimes.get(name)) for name in metrics["regimes"]]
-        table = with_column(table, BASELINE_COLUMN, values)
-    console.print(table, crop=False)
+        extra[BASELINE_COLUMN] = [_accuracy_cell(regimes.get(name)) for name in metrics["regimes"]]
+    for table in order_metrics_tables(metrics, wide=wide, extra=extra):
+        console.print(table)
     written = [TRACES_FILE, METRICS_FILE, *([PARQUET_FILE] if parquet else []),
                *([BASELINE_FILE] if "baseline" in metrics else [])]
     console.print(f"wrote {', '.join(str(out / name) for name in written)}", highlight=False)
@@ -143,14 +144,3 @@ def _accuracy_cell(summary: Optional[dict[str, Any]]) -> str:
     if summary is None or summary["accuracy"] is None:
         return "-"
     return f"{summary['accuracy']:.2f}"
-
-
-def with_column(table: Table, header: str, values: list[str]) -> Table:
-    """A copy of ``table`` with one more right-aligned column (rich cannot add a column after the rows)."""
-    copy = Table(title=table.title, box=table.box, pad_edge=table.pad_edge)
-    for column in table.columns:
-        copy.add_column(column.header, justify=column.justify, min_width=column.min_width)
-    copy.add_column(header, justify="right", min_width=max([len(header), *map(len, values)]))
-    for cells, value in zip(zip(*(column.cells for column in table.columns)), values):
-        copy.add_row(*cells, value)
-    return copy

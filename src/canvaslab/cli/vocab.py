@@ -4,24 +4,20 @@ their frequency in a corpus."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, List, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from canvaslab.cli import options
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import write_json_atomic
-from canvaslab.studies.unused_tokens import (
-    TOKENIZER_PRESETS,
-    resolve_tokenizer,
-    save_token_counts,
-    scan_corpus,
-    scan_report,
-)
 
 REPORT_FILE = "vocab_scan.json"
 COUNTS_FILE = "token_counts.npy"
+# canvaslab.studies.unused_tokens.TOKENIZER_PRESETS (held equal by tests/cli): named here so the help needs no import.
+TOKENIZER_PRESET_NAMES = ("tiny", "real-shapes", "gemma3")
 
 
 def _check_corpus_files(paths: list[Path]) -> None:
@@ -58,15 +54,20 @@ def render_report(report: dict, console: Console) -> None:
 
 @app.command("vocab-scan")
 def vocab_scan(
-    tokenizer: str = typer.Option(
-        ..., "--tokenizer", help=f"a preset ({', '.join(TOKENIZER_PRESETS)}) or a local tokenizer directory"
-    ),
-    corpus: list[Path] = typer.Option([], "--corpus", help="UTF-8 text file to scan (repeatable)"),
-    canvas_length: int = typer.Option(256, "--canvas-length", min=1, help="tokens per canvas"),
-    out: Path = typer.Option(Path("runs/vocab-scan"), "--out", help="folder for vocab_scan.json (+ token_counts.npy)"),
-    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="canvaslab cache root, for the gemma3 preset"),
+    tokenizer: Annotated[str, typer.Option(
+        "--tokenizer", help=f"a preset ({', '.join(TOKENIZER_PRESET_NAMES)}) or a local tokenizer directory")],
+    corpus: Annotated[List[Path], typer.Option("--corpus", help="UTF-8 text file to scan (repeatable)")] = [],
+    canvas_length: Annotated[int, typer.Option("--canvas-length", help="tokens per canvas",
+                                               callback=options.whole_number(1))] = 256,
+    out: Annotated[Path, typer.Option("--out", help="folder for vocab_scan.json (+ token_counts.npy)",
+                                      callback=options.writable_folder)] = Path("runs/vocab-scan"),
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir",
+                                                      help="canvaslab cache root, for the gemma3 preset")] = None,
 ) -> None:
     """Find the <unusedN> tokens, the expected count per random canvas, and (with --corpus) their frequency."""
+    from canvaslab.io import write_json_atomic
+    from canvaslab.studies.unused_tokens import resolve_tokenizer, save_token_counts, scan_corpus, scan_report
+
     _check_corpus_files(corpus)
     tok = resolve_tokenizer(tokenizer, cache_dir)
     scan = scan_corpus(tok, corpus) if corpus else None

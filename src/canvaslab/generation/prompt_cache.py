@@ -8,7 +8,7 @@ different lengths are left-padded (zeros in the cache, False in the attention ma
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -21,7 +21,7 @@ def _encode_alone(model, prompt_ids: Sequence[int]) -> DynamicCache:
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     ids = torch.tensor([list(prompt_ids)], device=model.device)
     positions = torch.arange(ids.shape[1], device=model.device)[None]
-    model.model.encoder(input_ids=ids, past_key_values=cache, position_ids=positions)
+    model.model.encoder(input_ids=ids, cache=cache, position_ids=positions)
     return cache
 
 
@@ -30,15 +30,22 @@ def _left_pad(tensor: torch.Tensor, length: int) -> torch.Tensor:
     return torch.nn.functional.pad(tensor, (0, 0, missing, 0)) if missing else tensor
 
 
-def build_prompt_cache(model, prompts: Sequence[Sequence[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
-    """Returns ``(cache, last_tokens (B, 1), attention_mask (B, cached + 1))`` for ``model.generate``."""
+def build_prompt_cache(model, prompts: Sequence[Sequence[int]], before_encoding: Callable[[list[int]], None] | None = None
+                       ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+    """Returns ``(cache, last_tokens (B, 1), attention_mask (B, cached + 1))`` for ``model.generate``.
+
+    Each distinct prompt is encoded once; ``before_encoding(rows)`` is told which rows share it first.
+    """
     if any(len(prompt) < 2 for prompt in prompts):
         raise CanvaslabError("--copy-prompt-cache needs prompts of at least 2 tokens (the last is encoded in the batch)")
+    rows_of: dict[tuple[int, ...], list[int]] = {}
+    for row, prompt in enumerate(prompts):
+        rows_of.setdefault(tuple(prompt[:-1]), []).append(row)
     alone: dict[tuple[int, ...], DynamicCache] = {}
-    for prompt in prompts:
-        key = tuple(prompt[:-1])
-        if key not in alone:
-            alone[key] = _encode_alone(model, key)
+    for key, rows in rows_of.items():
+        if before_encoding is not None:
+            before_encoding(rows)
+        alone[key] = _encode_alone(model, key)
     caches = [alone[tuple(prompt[:-1])] for prompt in prompts]
     longest = max(range(len(prompts)), key=lambda row: len(prompts[row]))
     batched = copy.deepcopy(caches[longest])

@@ -38,7 +38,8 @@ class AcceptObserver(Protocol):
     per-position entropy the sampler computed from ``logits`` (None if it could not be caught).
 
     An observer may also define ``on_phase(phase)``: it is told ``"prompt_cache"`` before the B=1 prompt
-    cache is built and ``"generate"`` before transformers' loop starts.
+    cache is built and ``"generate"`` before transformers' loop starts; and ``on_prompt_encoding(rows)``:
+    told, inside the prompt cache, which rows' prompt is encoded next.
     """
 
     def on_accept(self, *, logits: torch.Tensor, accepted_mask: torch.Tensor, accepted_canvas: torch.Tensor,
@@ -168,6 +169,12 @@ def _notify_phase(observers: Sequence[AcceptObserver], phase: str) -> None:
             observer.on_phase(phase)
 
 
+def _notify_encoding(observers: Sequence[AcceptObserver], rows: list[int]) -> None:
+    for observer in observers:
+        if hasattr(observer, "on_prompt_encoding"):
+            observer.on_prompt_encoding(rows)
+
+
 def _row_results(tokenizer, prompts, sequences, prompt_width, settings, stopper) -> list[RowResult]:
     eos_ids = settings.get("eos_token_id") or []
     eos_ids = set(eos_ids if isinstance(eos_ids, list) else [eos_ids])
@@ -249,8 +256,8 @@ def generate(
         kwargs["decoder_input_ids"] = initial_canvas.to(model.device)
     if copy_prompt_cache:
         _notify_phase(observers, "prompt_cache")
-        cache, input_ids, attention_mask = build_prompt_cache(model, prompts)
-        kwargs["past_key_values"] = cache
+        cache, input_ids, attention_mask = build_prompt_cache(model, prompts, lambda rows: _notify_encoding(observers, rows))
+        kwargs["cache"] = cache  # transformers >= 5.24 (past_key_values is deprecated there)
     else:
         input_ids, attention_mask = _left_pad_prompts(prompts, settings.get("pad_token_id") or 0, model.device)
     with contextlib.ExitStack() as stack:

@@ -1,32 +1,52 @@
 """Batch-invariant attention through transformers' ``AttentionInterface``.
 
-Two things can make a row's attention depend on its batch:
+Three things can make a row's attention depend on its batch:
 
-- **Padding** (semantic). A left-padded row has extra, hidden keys in front; they shift every key
+- **Padded keys** (semantic). A left-padded row has extra, hidden keys in front; they shift every key
   block the kernel reduces over. Keys that no query of a row may see are dropped, so the row attends
   over exactly the keys it has alone, and a mask that is then all-visible becomes ``None``.
+- **Padded queries** (numeric). When a left-padded prompt is encoded, its padded positions are queries
+  that see no key at all. PyTorch's CPU kernel changes a real query's result when such fully-masked
+  queries share its call, so a row's leading queries that see no key are dropped too; their outputs
+  are zeros (nothing real reads them: their keys are hidden from every real query).
 - **Kernel choice** (numeric). FlashAttention may split the KV range across blocks when the batch is
   too small to fill the GPU, a choice that depends on the batch size. On CUDA, attention runs on the
   memory-efficient kernel, which reduces each query block over the whole KV range in one block. The
   CPU kernel divides work by batch x heads, so on the CPU each row gets its own call.
 
-On CUDA, rows that drop the same number of keys and keep the same mask kind share one SDPA call, so a
-batch of copies is one call, as in stock. The causal case is always an explicit mask, so a row never switches
+So every row is computed over its real queries and keys only, at the shapes it has alone. On CUDA, rows
+that drop the same numbers of queries and keys and keep the same mask kind share one SDPA call (a batch of
+copies is one call, as in stock). The causal case is always an explicit mask, so a row never switches
 between the kernel's causal flag (alone) and a mask (padded in a batch).
+
+The whole computation is one function that takes part in PyTorch's ``__torch_function__`` protocol:
+a ``TorchFunctionMode`` (canvaslab's capture) sees one attention call over the whole batch, named like
+stock's, and none of the per-row calls and padding bookkeeping inside it, which are not a row's data.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
+from typing import NamedTuple
 
 import torch
 from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.overrides import handle_torch_function, has_torch_function_variadic
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "canvaslab_invariant"
+
+
+class RowGroup(NamedTuple):
+    """Rows computed alike: leading queries and keys dropped, and whether a mask is still needed."""
+
+    queries_dropped: int
+    keys_dropped: int
+    masked: bool
 
 
 def _visible(mask: torch.Tensor) -> torch.Tensor:
@@ -37,8 +57,13 @@ def _explicit_mask(query, key, mask, is_causal):
     """The mask with the causal case made explicit (top-left aligned, like SDPA's ``is_causal``)."""
     if mask is not None or not is_causal or query.shape[2] == 1:
         return mask
-    q_len, kv_len = query.shape[2], key.shape[2]
-    return torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril()[None, None]
+    return _causal_mask(query.shape[2], key.shape[2], query.device)
+
+
+@functools.lru_cache(maxsize=8)
+def _causal_mask(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
+    # One tensor per shape, so its row grouping is looked up once per pass, like transformers' masks.
+    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()[None, None]
 
 
 # Every layer of one kind gets the same mask tensor in a forward pass: its grouping is computed once.
@@ -46,33 +71,40 @@ def _explicit_mask(query, key, mask, is_causal):
 _GROUPS_CACHE: dict[int, tuple[torch.Tensor, dict]] = {}
 
 
-def _row_groups(mask: torch.Tensor | None, batch: int) -> dict[tuple[int, bool], list[int]]:
+def _row_groups(mask: torch.Tensor | None, batch: int) -> dict[RowGroup, list[int]]:
     if mask is None:
-        return {(0, False): list(range(batch))}
+        return {RowGroup(0, 0, False): list(range(batch))}
     cached = _GROUPS_CACHE.get(id(mask))
-    if cached is not None and cached[0] is mask:
-        return cached[1]
-    groups = _compute_row_groups(mask, batch)
-    if len(_GROUPS_CACHE) >= 4:
-        _GROUPS_CACHE.pop(next(iter(_GROUPS_CACHE)))
-    _GROUPS_CACHE[id(mask)] = (mask, groups)
-    return groups
+    if cached is None or cached[0] is not mask:
+        if len(_GROUPS_CACHE) >= 4:
+            _GROUPS_CACHE.pop(next(iter(_GROUPS_CACHE)))
+        cached = _GROUPS_CACHE[id(mask)] = (mask, _compute_row_groups(mask))
+    if mask.shape[0] == 1:  # one mask shared by every row
+        return {group: list(range(batch)) for group in cached[1]}
+    return cached[1]
 
 
-def _compute_row_groups(mask: torch.Tensor, batch: int) -> dict[tuple[int, bool], list[int]]:
-    """Rows grouped by (leading hidden keys to drop, mask still needed after the drop). One host sync."""
-    visible = _visible(mask).expand(batch, *mask.shape[1:])
-    seen = visible.flatten(1, 2).any(dim=1)  # (batch, keys): a key some query of the row may see
-    hidden_prefix = (seen.cumsum(-1) == 0).sum(-1)
-    keys, per_key = seen.shape[-1], visible.shape[1] * visible.shape[2]
-    prefix_only = seen.sum(-1) == keys - hidden_prefix
-    all_visible = visible.flatten(1).sum(-1) == per_key * (keys - hidden_prefix)
-    # Hidden keys after the front (not padding) are kept and masked: dropping only a prefix keeps the
-    # key order, and such a row still matches itself alone.
+def _hidden_prefix(seen: torch.Tensor) -> torch.Tensor:
+    """Per row, how many leading entries of a ``(batch, n)`` boolean are False."""
+    return (seen.cumsum(-1) == 0).sum(-1)
+
+
+def _compute_row_groups(mask: torch.Tensor) -> dict[RowGroup, list[int]]:
+    """Rows grouped by (leading queries that see no key, leading keys no query sees, mask still needed
+    after dropping both). One host sync."""
+    visible = _visible(mask)
+    queries, keys = visible.shape[-2], visible.shape[-1]
+    query_drop = _hidden_prefix(visible.any(dim=-1).any(dim=1))
+    key_drop = _hidden_prefix(visible.any(dim=-2).any(dim=1))
+    # Dropped queries see nothing and dropped keys are seen by nothing, so the rest is all visible exactly
+    # when the count of visible pairs fills it. Hidden keys after the front (not padding) are kept and
+    # masked: dropping only a prefix keeps the key order, and such a row still matches itself alone.
+    full = visible.shape[1] * (queries - query_drop) * (keys - key_drop)
+    all_visible = visible.flatten(1).sum(-1) == full
     groups = defaultdict(list)
-    per_row = torch.stack([hidden_prefix, prefix_only, all_visible], 1).tolist()
-    for row, (drop, only_prefix, full) in enumerate(per_row):
-        groups[(drop, not (full and only_prefix))].append(row)
+    per_row = torch.stack([query_drop, key_drop, all_visible], 1).tolist()
+    for row, (q_drop, k_drop, whole) in enumerate(per_row):
+        groups[RowGroup(q_drop, k_drop, not whole)].append(row)
     return dict(groups)
 
 
@@ -90,6 +122,36 @@ def _sdpa(query, key, value, mask, scaling):
                       for b in range(query.shape[0])])
 
 
+def _group_output(group: RowGroup, rows, query, key, value, mask, scaling) -> torch.Tensor | None:
+    """The group's attention over its real queries and keys; None when it has no real query."""
+    if group.queries_dropped == query.shape[2] or group.keys_dropped == key.shape[2]:
+        return None
+    q_part, k_part = slice(group.queries_dropped, None), slice(group.keys_dropped, None)
+    row_mask = (mask if mask.shape[0] == 1 else mask[rows])[..., q_part, k_part] if group.masked else None
+    return _sdpa(query[rows][:, :, q_part], key[rows][:, :, k_part], value[rows][:, :, k_part], row_mask, scaling)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, scale=None):
+    """Attention whose every row equals that row computed alone (``attn_mask`` explicit, or None for full).
+
+    Named and shaped like ``F.scaled_dot_product_attention``, which it replaces in invariant mode.
+    """
+    if has_torch_function_variadic(query, key, value, attn_mask):
+        return handle_torch_function(scaled_dot_product_attention, (query, key, value, attn_mask),
+                                     query, key, value, attn_mask, scale=scale)
+    batch = query.shape[0]
+    groups = _row_groups(attn_mask, batch)
+    only = next(iter(groups)) if len(groups) == 1 else None
+    if only is not None and only.queries_dropped == only.keys_dropped == 0:  # every row whole: one call, as stock
+        return _sdpa(query, key, value, attn_mask if only.masked else None, scale)
+    output = query.new_zeros((*query.shape[:-1], value.shape[-1]))
+    for group, rows in groups.items():
+        out = _group_output(group, rows if len(rows) < batch else slice(None), query, key, value, attn_mask, scale)
+        if out is not None:
+            output[rows, :, group.queries_dropped:] = out
+    return output
+
+
 def invariant_attention_forward(module, query, key, value, attention_mask, scaling=None, is_causal=None, dropout=0.0,
                                 **kwargs):
     if dropout or kwargs.get("softcap") is not None:
@@ -98,19 +160,7 @@ def invariant_attention_forward(module, query, key, value, attention_mask, scali
     groups_of_kv = getattr(module, "num_key_value_groups", 1)
     key, value = repeat_kv(key, groups_of_kv), repeat_kv(value, groups_of_kv)
     mask = _explicit_mask(query, key, attention_mask, is_causal)
-    batch = query.shape[0]
-    # A causal mask made here hides no padding: every row keeps every key, nothing to look up.
-    groups = _row_groups(mask, batch) if mask is attention_mask else {(0, True): list(range(batch))}
-    output = None
-    for (drop, masked), rows in groups.items():
-        index = rows if len(rows) < batch else slice(None)
-        row_mask = (mask if mask.shape[0] == 1 else mask[index])[..., drop:] if masked else None
-        out = _sdpa(query[index], key[index][:, :, drop:], value[index][:, :, drop:], row_mask, scaling)
-        if index == slice(None):
-            output = out
-        else:
-            output = out.new_empty((batch, *out.shape[1:])) if output is None else output
-            output[rows] = out
+    output = scaled_dot_product_attention(query, key, value, mask, scale=scaling)
     return output.transpose(1, 2).contiguous(), None
 
 

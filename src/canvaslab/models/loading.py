@@ -17,7 +17,7 @@ from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForB
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset
+from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset, first_layer_types
 from canvaslab.models.tokenizer import build_synthetic_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -99,7 +99,22 @@ def _check_tokenizer(tokenizer: PreTrainedTokenizerBase, vocab_size: int, where:
         )
 
 
+def _check_layers(layers: int | None, available: int, where: str) -> None:
+    """``--layers`` keeps the first N layers: more than the model has is a mistake, caught before any weights."""
+    if layers is not None and layers > available:
+        raise CanvaslabError(f"--layers {layers}: {where} has {available} layers; give 1 to {available}")
+
+
+def _keep_layers(config: DiffusionGemmaConfig, layers: int | None, where: str) -> None:
+    text = config.text_config
+    _check_layers(layers, text.num_hidden_layers, where)
+    if layers is not None:
+        text.num_hidden_layers = layers
+        text.layer_types = first_layer_types(text.layer_types, layers)
+
+
 def _load_preset(preset: Preset, dtype: str, device: torch.device, layers: int | None, seed: int) -> LoadedModel:
+    _check_layers(layers, preset.text_config["num_hidden_layers"], f"preset {preset.name!r}")
     config = preset.build_config(layers)
     torch_dtype = resolve_dtype(dtype, preset.default_dtype)
     model = _random_model(config, torch_dtype, device, seed)
@@ -110,10 +125,7 @@ def _load_preset(preset: Preset, dtype: str, device: torch.device, layers: int |
 
 def _load_config_file(path: Path, dtype: str, device: torch.device, layers: int | None, seed: int) -> LoadedModel:
     config = _read_config(path)
-    if layers is not None:
-        text = config.text_config
-        text.num_hidden_layers = layers
-        text.layer_types = list(text.layer_types[:layers])
+    _keep_layers(config, layers, str(path))
     model = _random_model(config, resolve_dtype(dtype, torch.bfloat16), device, seed)
     tokenizer = build_synthetic_tokenizer(config.text_config.vocab_size)
     source = {"kind": "config", "path": str(path), "layers": config.text_config.num_hidden_layers, "seed": seed}
@@ -127,9 +139,7 @@ def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int |
             f"{path} has a config.json but no weights ({', '.join(WEIGHT_FILES)}); "
             f"pass {path / 'config.json'} to build random weights from that config"
         )
-    if layers is not None:
-        config.text_config.num_hidden_layers = layers
-        config.text_config.layer_types = list(config.text_config.layer_types[:layers])
+    _keep_layers(config, layers, str(path))
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as error:

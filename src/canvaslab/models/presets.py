@@ -53,8 +53,15 @@ class Preset:
         if layers is not None:
             text["num_hidden_layers"] = layers
             if "layer_types" in text:
-                text["layer_types"] = list(text["layer_types"][:layers])
+                text["layer_types"] = first_layer_types(text["layer_types"], layers)
         return DiffusionGemmaConfig(text_config=text, vision_config=dict(TINY_VISION_CONFIG), canvas_length=256)
+
+
+def first_layer_types(layer_types: list[str], layers: int) -> list[str]:
+    """The attention types of a model cut to its first ``layers`` layers. DiffusionGemma's last layer is
+    always full attention (the config forces it, with a logged notice); said here, so nothing is forced."""
+    kept = list(layer_types[:layers])
+    return kept[:-1] + ["full_attention"]
 
 
 def _real_layer_types(num_layers: int) -> list[str]:

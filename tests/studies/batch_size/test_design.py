@@ -1,8 +1,4 @@
-from canvaslab.studies.batch_size.design import batch_rows, common_classes, equivalence_classes, parse_batch_sizes
-
-
-def test_parse_batch_sizes_adds_reference_and_sorts():
-    assert parse_batch_sizes("4,2,2") == [1, 2, 4]
+from canvaslab.studies.batch_size.design import batch_rows, common_classes, equivalence_classes
 
 
 def test_equivalence_classes_group_identical_signatures():
@@ -17,3 +13,9 @@ def test_common_classes_is_the_meet_of_partitions():
 def test_batch_rows_copies_and_mixed():
     assert batch_rows([5, 6], [[7]], 3, "copies") == [[5, 6], [5, 6], [5, 6]]
     assert batch_rows([5, 6], [[7], [8, 9]], 4, "mixed") == [[5, 6], [7], [8, 9], [7]]
+
+
+def test_batch_rows_put_the_studied_prompt_at_its_row():
+    assert batch_rows([5, 6], [[7], [8, 9]], 4, "mixed", row=2) == [[7], [8, 9], [5, 6], [7]]
+    assert batch_rows([5, 6], [[7]], 1, "mixed", row=2) == [[5, 6]]  # B=1, the reference: row 0
+    assert batch_rows([5, 6], [[7]], 3, "copies", row=2) == [[5, 6]] * 3

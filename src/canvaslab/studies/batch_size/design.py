@@ -7,29 +7,31 @@ from typing import Sequence
 from canvaslab.errors import CanvaslabError
 
 FILLS = ("copies", "mixed")
-MAX_BATCH = 4096
 
 
-def parse_batch_sizes(spec: str) -> list[int]:
-    """``"1,2,3,4"`` -> ``[1, 2, 3, 4]``; B=1 is always included, as the reference."""
-    try:
-        sizes = [int(part) for part in spec.split(",")]
-    except ValueError:
-        raise CanvaslabError(f"--batch-sizes {spec!r}: give whole numbers separated by commas, e.g. 1,2,3,4") from None
-    bad = [size for size in sizes if not 1 <= size <= MAX_BATCH]
-    if bad:
-        raise CanvaslabError(f"--batch-sizes: {bad[0]} is impossible; batch sizes run from 1 to {MAX_BATCH}")
-    return sorted(set(sizes) | {1})
+def check_row(row: int, batch_sizes: Sequence[int], mode: str) -> None:
+    """The studied row must exist in every batch studied (B=1, the reference, has only row 0)."""
+    if row < 0:
+        raise CanvaslabError(f"--row {row}: rows are numbered from 0")
+    too_small = [size for size in batch_sizes if size != 1 and size <= row]
+    if too_small:
+        raise CanvaslabError(f"--row {row} does not exist at batch size {too_small[0]}; "
+                             f"give batch sizes above {row} (B=1 is the reference)")
+    if row and mode == "rowwise":
+        raise CanvaslabError("--row above 0 needs --mode stock or invariant: rowwise computes each row in a call "
+                             "of its own, which the capture cannot tell apart from row 0's")
 
 
-def batch_rows(studied: Sequence[int], others: Sequence[Sequence[int]], batch_size: int, fill: str) -> list[list[int]]:
-    """Row 0 is the studied prompt; the rest are bit-identical copies or other prompts."""
+def batch_rows(studied: Sequence[int], others: Sequence[Sequence[int]], batch_size: int, fill: str,
+               row: int = 0) -> list[list[int]]:
+    """The studied prompt at ``row`` (row 0 at B=1); the rest are bit-identical copies or other prompts."""
     if fill not in FILLS:
         raise CanvaslabError(f"--fill {fill!r} is not one of: {', '.join(FILLS)}")
-    rows = [list(studied)]
     if fill == "copies" or not others:
-        return rows + [list(studied) for _ in range(batch_size - 1)]
-    return rows + [list(others[i % len(others)]) for i in range(batch_size - 1)]
+        return [list(studied) for _ in range(batch_size)]
+    rest = [list(others[i % len(others)]) for i in range(batch_size - 1)]
+    at = row if batch_size > 1 else 0
+    return rest[:at] + [list(studied)] + rest[at:]
 
 
 def equivalence_classes(signatures: dict[int, str]) -> list[list[int]]:

@@ -35,8 +35,9 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
 from canvaslab.generation.runner import resolve_generation
 from canvaslab.io import write_json_atomic
-from canvaslab.studies.commit_order.probes import Probe
+from canvaslab.studies.commit_order.probes import CODE_REGIMES, Probe
 from canvaslab.studies.commit_order.prompting import encode_prompt, uses_chat_template
+from canvaslab.studies.commit_order.sandbox import require_isolation
 from canvaslab.studies.commit_order.trace import GenerationTrace, append_trace, export_parquet, read_traces
 from canvaslab.studies.commit_order.tracer import CommitTracer, ensure_traceable, generation_id
 
@@ -111,6 +112,8 @@ def _check_arguments(probes: Sequence[Probe], seeds: Sequence[int], batch_size: 
         raise CanvaslabError("a probe is listed twice")
     if len(set(seeds)) != len(seeds) or any(seed < 0 for seed in seeds):
         raise CanvaslabError(f"seeds must be distinct and >= 0, got {list(seeds)}")
+    if any(probe.regime in CODE_REGIMES for probe in probes):
+        require_isolation()  # before any generation: code is scored only in the sandbox, which may be refused
 
 
 def study_key(loaded, settings: dict[str, Any], mode: str, rng: str) -> str:

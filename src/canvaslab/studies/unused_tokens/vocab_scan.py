@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
+from canvaslab.errors import CanvaslabError
 from canvaslab.studies.unused_tokens.text_stream import DEFAULT_CHUNK_BYTES, iter_line_batches
 
 UNUSED_TOKEN_PATTERN = re.compile(r"^<unused\d+>$")
@@ -152,7 +153,15 @@ def save_token_counts(path: str | Path, counts: np.ndarray) -> Path:
 
 def load_token_counts(path: str | Path) -> np.ndarray:
     """The per-id counts written by ``save_token_counts``: ``counts[i]`` = occurrences of id ``i``."""
-    return np.load(path, allow_pickle=False)
+    try:
+        counts = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise CanvaslabError(f"--token-counts {path}: not a readable .npy array ({str(error).splitlines()[0]}); "
+                             "`canvaslab vocab-scan --corpus ...` writes token_counts.npy") from None
+    if counts.ndim != 1 or counts.dtype.kind not in "iu":
+        raise CanvaslabError(f"--token-counts {path}: expected one integer count per token id, found a "
+                             f"{counts.ndim}-d {counts.dtype} array")
+    return counts
 
 
 def scan_report(

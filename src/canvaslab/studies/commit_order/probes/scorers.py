@@ -11,8 +11,9 @@ and sampler setting (the commit-order study relates it to commit confidence, wit
   that names several candidates counts as correct if one of them is right.
 - json: the first JSON object in the text parses, validates against the probe's schema (draft
   2020-12), and every required top-level value is equal, with JSON types respected (true != 1).
-- code_completion, code_synthesis: the answer's code followed by the probe's tests exits cleanly in
-  the sandbox (``canvaslab.studies.commit_order.sandbox``; never in this process).
+- code_completion, code_synthesis: the probe's tests pass against the answer's entry point, the
+  answer's code in one jail and the tests in another (``canvaslab.studies.commit_order.sandbox``;
+  never in this process). Where the sandbox cannot isolate, scoring raises ``SandboxUnavailable``.
 - open_ended: no scorer; None.
 """
 
@@ -26,7 +27,7 @@ import jsonschema
 from canvaslab.errors import CanvaslabError
 from canvaslab.studies.commit_order.probes import extraction
 from canvaslab.studies.commit_order.probes.probe import CODE_REGIMES, Probe
-from canvaslab.studies.commit_order.sandbox import SandboxLimits, SandboxResult, run_in_sandbox
+from canvaslab.studies.commit_order.sandbox import SandboxLimits, SandboxResult, run_tests
 
 
 def score(probe: Probe, generated_text: str, limits: SandboxLimits | None = None) -> bool | None:
@@ -71,8 +72,14 @@ def score_json(probe: Probe, generated_text: str) -> bool:
 
 
 def run_code_tests(probe: Probe, generated_text: str, limits: SandboxLimits | None = None) -> SandboxResult:
-    """Run the probe's tests against the answer's code in the sandbox; the full result, for diagnosis."""
-    return run_in_sandbox(program_code(probe, generated_text), probe.reference["tests"], limits)
+    """Run the probe's tests against the answer's code in the sandbox; the full result, for diagnosis.
+
+    The tests' prelude is the probe's code prefix (HumanEval's prompt: trusted, and its helpers are
+    used by the tests); the answer's code, prefix included, runs only in the candidate's jail.
+    """
+    reference = probe.reference
+    return run_tests(program_code(probe, generated_text), reference["entry_point"], reference["tests"],
+                     prelude=reference.get("code_prefix", ""), limits=limits)
 
 
 def program_code(probe: Probe, generated_text: str) -> str:

@@ -1,0 +1,109 @@
+"""Progress of a long command, counted in FINISHED units (runs, conditions, generations).
+
+On a terminal: rich's bar on stderr, gone when the command ends. Otherwise (a log file, a pipe, CI) a bar
+would print nothing useful, so plain lines go to stderr: one when the work starts, one when a unit finishes
+(at most one per ``min_gap`` seconds, and always the last), and a heartbeat every ``heartbeat`` seconds
+while a long unit runs, so a log never sits silent for minutes. Every study calls
+``progress(done, total, doing)``, ``doing`` naming the unit now running.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Callable, Optional, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+def _clock_text(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
+class PlainProgress:
+    """Periodic plain lines for a log (see the module docstring)."""
+
+    def __init__(self, description: str, unit: str, stream: TextIO, min_gap: float = 10.0, heartbeat: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.description, self.unit, self.stream = description, unit, stream
+        self.min_gap, self.heartbeat, self.clock = min_gap, heartbeat, clock
+        self.done, self.total, self.doing = 0, None, ""
+        self.started = self.last_line = clock()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: Optional[threading.Thread] = None
+
+    def __enter__(self) -> "PlainProgress":
+        self._print()
+        if self.heartbeat > 0:
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+
+    def __call__(self, done: int, total: Optional[int], doing: str = "") -> None:
+        with self._lock:
+            finished_one = done != self.done
+            self.done, self.total, self.doing = done, total, doing
+            now = self.clock()
+            if finished_one and (now - self.last_line >= self.min_gap or done == total):
+                self._print()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(min(self.heartbeat, 1.0)):
+            self.beat()
+
+    def beat(self) -> None:
+        """A line if none was printed for ``heartbeat`` seconds (the ticker calls this once a second)."""
+        with self._lock:
+            if self.clock() - self.last_line >= self.heartbeat:
+                self._print()
+
+    def line(self) -> str:
+        elapsed = _clock_text(self.clock() - self.started)
+        if self.total is None:
+            return f"{self.description}: started, {elapsed}"
+        text = f"{self.description}: {self.done}/{self.total} {self.unit} finished, {elapsed}"
+        return text + (f"; running {self.doing}" if self.doing and self.done != self.total else "")
+
+    def _print(self) -> None:
+        print(self.line(), file=self.stream, flush=True)
+        self.last_line = self.clock()
+
+
+class BarProgress:
+    """rich's bar, on stderr, transient."""
+
+    def __init__(self, description: str, unit: str, console: Console):
+        self.description = description
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                            TextColumn(f"{{task.completed}}/{{task.total}} {unit}"), TimeElapsedColumn(),
+                            console=console, transient=True)
+        self.task = None
+
+    def __enter__(self) -> "BarProgress":
+        self.bar.__enter__()
+        self.task = self.bar.add_task(self.description, total=None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def __call__(self, done: int, total: Optional[int], doing: str = "") -> None:
+        self.bar.update(self.task, completed=done, total=total, description=doing or self.description)
+
+
+def progress(description: str, unit: str, stream: Optional[TextIO] = None):
+    """A context manager whose value is the ``progress(done, total, doing)`` callback of a study."""
+    stream = stream or sys.stderr
+    console = Console(file=stream)
+    if console.is_terminal:
+        return BarProgress(description, unit, console)
+    return PlainProgress(description, unit, stream)

@@ -1,0 +1,24 @@
+"""``canvaslab report``: one self-contained HTML page (and PNG/SVG figures) from study folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from canvaslab.cli.app import app
+from canvaslab.reports.html import build_report
+
+
+@app.command("report")
+def report(
+    folders: List[Path] = typer.Argument(..., help="study folders (batch-study, order-study, noise-study, op-scan --out DIRs)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="the page to write (default: FIRST_DIR/report.html)"),
+) -> None:
+    """Turn study folders into one self-contained report.html, side by side, with figures beside it."""
+    written = build_report(folders, out)
+    studies = ", ".join(f"{name} x{count}" for name, count in written.studies.items())
+    Console().print(f"wrote {written.html} ({written.size_bytes / 1e6:.2f} MB; {studies}) and "
+                    f"{len(written.figures)} figure files in {written.html.parent / (written.html.stem + '-figures')}")

@@ -1,0 +1,77 @@
+"""Figures for papers and for the page: matplotlib, a colour-blind-safe palette, PNG and SVG on disk and
+the same SVG inline in the HTML.
+
+The inline copy is made self-contained: no XML prolog, DOCTYPE (it names a URL), metadata or namespace
+URLs, and every element id prefixed by the figure's name, since one page holds many SVGs whose ids
+(clip paths, markers) would otherwise collide. Text stays text (``svg.fonttype = none``), rendered by
+the viewer's own sans-serif font: no font is embedded or fetched.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+# Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+# The three canvas states: lightness alone separates them (greyscale print), and "differs" is hatched.
+NOISE, COMMITTED, DIFFERS = "#E8E8E8", "#0072B2", "#E69F00"
+DIFFERS_HATCH = "////"
+STYLE = {
+    "svg.fonttype": "none", "svg.hashsalt": "canvaslab", "font.family": "sans-serif", "font.size": 9,
+    "axes.titlesize": 10, "axes.prop_cycle": matplotlib.cycler(color=OKABE_ITO), "figure.dpi": 100,
+    "axes.spines.top": False, "axes.spines.right": False,
+}
+PNG_DPI = 200
+
+
+class FigureSet:
+    """Writes each figure as ``NAME.png`` and ``NAME.svg`` into ``folder`` and keeps its inline SVG."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.written: list[Path] = []
+
+    def save(self, fig, name: str, alt: str) -> str:
+        """Write the files, close the figure, return an inline ``<figure>`` (SVG + caption-free alt text)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fig.savefig(self.folder / f"{name}.png", dpi=PNG_DPI, bbox_inches="tight")
+        buffer = io.StringIO()
+        fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+        plt.close(fig)
+        svg = buffer.getvalue()
+        (self.folder / f"{name}.svg").write_text(svg, encoding="utf-8")
+        self.written += [self.folder / f"{name}.png", self.folder / f"{name}.svg"]
+        return (f'<figure class="figure" data-figure="{name}">{inline_svg(svg, name, alt)}'
+                f'<figcaption>{name}.png / {name}.svg beside this page</figcaption></figure>')
+
+
+def inline_svg(svg: str, prefix: str, alt: str) -> str:
+    """matplotlib's SVG made safe to inline many times in one HTML page, with no URL left in it."""
+    svg = svg[svg.index("<svg"):]
+    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
+    svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
+    svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{prefix}-{m.group(1)}"', svg)
+    svg = re.sub(r'url\(#([^)]+)\)', lambda m: f"url(#{prefix}-{m.group(1)})", svg)
+    svg = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{prefix}-{m.group(1)}"', svg)
+    return svg.replace("<svg", f'<svg role="img" aria-label="{_attr(alt)}"', 1)
+
+
+def _attr(text: str) -> str:
+    return text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+
+
+def figure(width: float, height: float, **kwargs):
+    """A new figure and axes in the report's style."""
+    with plt.rc_context(STYLE):
+        return plt.subplots(figsize=(width, height), **kwargs)
+
+
+def style():
+    return plt.rc_context(STYLE)

@@ -1,0 +1,130 @@
+"""``canvaslab report``: study folders -> one self-contained ``report.html`` plus figures beside it.
+
+Every folder is checked before any work starts (a missing folder, or one holding no study output, is a
+one-line error). Each study gets a section; each folder a column in it, headed by its environment, so
+the same study in ``stock`` and ``invariant`` mode, or on two GPUs, sits side by side. The page holds
+its style, script, data and figures inline (SVG, whose rasters are data: URIs) and a Content Security
+Policy that forbids any request: opened from disk, it fetches nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+from canvaslab.errors import CanvaslabError
+from canvaslab.io import write_text_atomic
+from canvaslab.reports import readers
+from canvaslab.reports.html import figures
+from canvaslab.reports.html.batch_panel import batch_column
+from canvaslab.reports.html.markup import esc, section
+from canvaslab.reports.html.noise_panel import noise_column
+from canvaslab.reports.html.op_scan_panel import op_scan_column
+from canvaslab.reports.html.order_panel import order_column
+from canvaslab.reports.readers import batch_study, noise_study, op_scan, order_metrics
+
+REPORT_FILE = "report.html"
+# (study, anchor, title, intro, reader, column builder), in page order.
+SECTIONS = (
+    (batch_study, "batch", "Batch-size study", "Row 0 alone (B=1) against row 0 inside batches of other sizes, "
+     "compared byte for byte, module by module and pass by pass.", batch_column),
+    (order_metrics, "order", "Commit-order study", "In what order the sampler commits canvas positions, per "
+     "regime, and whether its confidence predicts correctness.", order_column),
+    (noise_study, "noise", "Unused-token study", "Do <unusedN> tokens in the starting noise act as hidden mask "
+     "symbols? A pre-registered equivalence test against ordinary control tokens.", noise_column),
+    (op_scan, "ops", "Op scan", "Each batch-sensitive op at the model's real shapes over a grid of batch sizes: "
+     "which batch sizes agree with B=1 bit for bit.", op_scan_column),
+)
+
+
+@dataclass
+class Report:
+    html: Path
+    figures: list[Path]
+    studies: dict[str, int]  # study -> folders that held it
+    size_bytes: int
+
+
+def check_folders(folders: Sequence[Path]) -> list[Path]:
+    """Refuse, before any work, folders that are missing or hold no study output."""
+    if not folders:
+        raise CanvaslabError("give at least one study folder")
+    for folder in folders:
+        if not folder.exists():
+            raise CanvaslabError(f"{folder}: no such folder")
+        if not readers.studies_in(folder):
+            files = ", ".join(reader.FILE for reader in readers.READERS)
+            raise CanvaslabError(f"{folder}: no study output found (looked for {files})")
+    return list(folders)
+
+
+def folder_labels(folders: Sequence[Path]) -> list[str]:
+    """Short unique names: the folder's own name, with its parent's when two share it."""
+    names = [f.stem if f.is_file() else f.resolve().name for f in folders]
+    return [f"{f.resolve().parent.name}/{n}" if names.count(n) > 1 else n for f, n in zip(folders, names)]
+
+
+def _title(label: str, environment: dict) -> str:
+    extras = [environment.get(k) for k in ("mode", "device") if environment.get(k)]
+    return f"{label} ({', '.join(map(str, extras))})" if extras else label
+
+
+def _asset(name: str) -> str:
+    return resources.files("canvaslab.reports.html").joinpath(name).read_text(encoding="utf-8")
+
+
+def _controls(datasets: list[dict]) -> str:
+    if not datasets:
+        return ""
+    legend = "".join(f'<span><span class="swatch s{i}"></span>{name}</span>'
+                     for i, name in enumerate(("noise", "committed token", "differs from B=1")))
+    return ('<div class="path-controls" role="group" aria-label="denoising path controls">'
+            '<button type="button" id="play" aria-pressed="false" aria-controls="pass-slider">▶ play</button>'
+            '<label for="pass-slider">denoising pass</label>'
+            '<input type="range" id="pass-slider" min="0" max="0" step="1" value="0">'
+            '<output id="pass-label" for="pass-slider" aria-live="polite"></output>'
+            f'<div class="legend" aria-label="cell states">{legend}</div></div>'
+            '<p class="intro">Row 0\'s canvas at the selected pass, per batch size (positions row-major). '
+            '<em>differs</em>: committed here or at B=1 on the same pass, with another token or only on one side. '
+            'Hover a cell for its token and entropy. Use the slider (arrow keys) or play; after its stop a batch size '
+            'keeps its final canvas.</p><div id="tip" role="tooltip"></div>')
+
+
+def build_report(folders: Sequence[Path], out: Path | None = None) -> Report:
+    """Write ``report.html`` (default: inside the first folder) and its figures; return what was written."""
+    folders = check_folders([Path(f) for f in folders])
+    out = Path(out) if out is not None else (folders[0] if folders[0].is_dir() else folders[0].parent) / REPORT_FILE
+    figs = figures.FigureSet(out.parent / f"{out.stem}-figures")
+    labels = folder_labels(folders)
+    datasets, sections, nav, studies = [], [], [], {}
+    for reader, anchor, title, intro, build in SECTIONS:
+        columns = []
+        for index, (folder, label) in enumerate(zip(folders, labels)):
+            if reader.find(folder) is None:
+                continue
+            study = reader.read(folder)
+            key = f"{anchor}{index}"
+            built = build(study, key, _title(label, study.environment), figs)
+            if isinstance(built, tuple):
+                built, dataset = built
+                datasets += [dataset] if dataset else []
+            columns.append(built)
+        if columns:
+            studies[reader.STUDY] = len(columns)
+            controls = _controls(datasets) if anchor == "batch" else ""
+            sections.append(section(anchor, title, intro, columns).replace('<div class="columns">',
+                                                                          controls + '<div class="columns">', 1))
+            nav.append(f'<a href="#{anchor}">{esc(title)}</a>')
+    page = (_asset("template.html")
+            .replace("<!--TITLE-->", "canvaslab report")
+            .replace("<!--SUBTITLE-->", esc("study folders: " + ", ".join(str(f) for f in folders)))
+            .replace("<!--NAV-->", "".join(nav))
+            .replace("<!--STYLE-->", _asset("report.css"))
+            .replace("<!--SCRIPT-->", _asset("report.js"))
+            .replace("<!--DATA-->", json.dumps(datasets, separators=(",", ":")).replace("</", "<\\/"))
+            .replace("<!--BODY-->", "".join(sections)))
+    write_text_atomic(out, page)
+    return Report(html=out, figures=figs.written, studies=studies, size_bytes=out.stat().st_size)
