@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch, Rectangle
 
-from canvaslab.reports.batch_study import short_name, short_pass
+from canvaslab.reports.names import compact_location, compact_module_path
 from canvaslab.reports.html import figures
 from canvaslab.reports.html.canvas_grid import DIFFERS, canvas_dataset, showcase_prompt, size_series, state_counts
 from canvaslab.reports.html.markup import column, esc, human_bytes, notes, number, table
@@ -44,13 +44,13 @@ def origin_label(record: dict[str, Any]) -> str:
     origin = record.get("origin")
     if not origin:
         return "none"
-    text = short_name(origin["name"])
+    text = compact_module_path(origin["name"])
     return text if origin.get("inputs_identical") else f"{text} (inputs already differed)"
 
 
 def first_label(record: dict[str, Any]) -> str:
     first = record.get("first_divergence")
-    return "none" if not first else f"{short_pass(first['pass'])} {short_name(first['call'])}"
+    return "none" if not first else compact_location(first["pass"], first["call"])
 
 
 def origin_groups(study: BatchStudy) -> list[tuple[str, str, int, str]]:
