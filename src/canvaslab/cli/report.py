@@ -6,10 +6,8 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 
 from canvaslab.cli.app import app
-from canvaslab.reports.html import build_report
 
 
 @app.command("report")
@@ -18,6 +16,10 @@ def report(
     out: Optional[Path] = typer.Option(None, "--out", help="the page to write (default: FIRST_DIR/report.html)"),
 ) -> None:
     """Turn study folders into one self-contained report.html, side by side, with figures beside it."""
+    from rich.console import Console
+
+    from canvaslab.reports.html import build_report
+
     written = build_report(folders, out)
     studies = ", ".join(f"{name} x{count}" for name, count in written.studies.items())
     Console().print(f"wrote {written.html} ({written.size_bytes / 1e6:.2f} MB; {studies}) and "
