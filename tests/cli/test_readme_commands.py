@@ -64,7 +64,8 @@ def test_the_readme_documents_every_command():
 @pytest.mark.parametrize("document, name, documented_options", DOCUMENTED,
                          ids=[f"{doc}: canvaslab {name}" for doc, name, _ in DOCUMENTED])
 def test_documented_options_appear_in_help(document, name, documented_options):
-    result = CliRunner().invoke(app, [*name.split(), "--help"], env={"TERMINAL_WIDTH": "250"})
+    # COLUMNS as well: typer reads TERMINAL_WIDTH only when first imported, rich reads COLUMNS per console
+    result = CliRunner().invoke(app, [*name.split(), "--help"], env={"TERMINAL_WIDTH": "250", "COLUMNS": "250"})
     assert result.exit_code == 0, f"{document}: `canvaslab {name}` is not a command:\n{result.output}"
     missing = [option for option in documented_options if not re.search(rf"{option}(?![\w-])", result.output)]
     assert not missing, f"{document}: `canvaslab {name}` documents {missing}, which its --help does not have"
