@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from transformers import DiffusionGemmaForBlockDiffusion
 
-from canvaslab.cli import generate as generate_cli
+import canvaslab.generation
 from canvaslab.cli.main import main
 from canvaslab.models.mini import load_mini_tokenizer, mini_config
 from canvaslab.training import chat
@@ -19,7 +19,8 @@ def _capture(monkeypatch) -> list:
         seen.append(ids)
         raise SystemExit(0)
 
-    monkeypatch.setattr(generate_cli, "generate_rows", fake_generate)
+    # the command imports generate when it runs: patched where it is looked up
+    monkeypatch.setattr(canvaslab.generation, "generate", fake_generate)
     return seen
 
 
