@@ -38,7 +38,10 @@ def generate(
     from canvaslab.models import load_model
 
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
-    ids = [loaded.tokenizer(text)["input_ids"] for text in prompt]
+    from canvaslab.studies.commit_order.prompting import encode_prompt
+
+    # A checkpoint with a chat template (the trained `mini`) gets its user turn, as the studies give it.
+    ids = [encode_prompt(loaded.tokenizer, text) for text in prompt]
     output = generate_rows(loaded, ids, seed=seed, rng=rng, mode=mode,
                            generation=options.generation_overrides(steps, max_new_tokens))
     console = Console()

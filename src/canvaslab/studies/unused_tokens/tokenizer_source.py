@@ -13,12 +13,14 @@ from transformers import PreTrainedTokenizerBase
 
 from canvaslab.assets.gemma3_tokenizer import load_gemma3_tokenizer
 from canvaslab.errors import CanvaslabError
+from canvaslab.models.mini import load_mini_tokenizer
 from canvaslab.models.tokenizer import build_synthetic_tokenizer
 
 TOKENIZER_PRESETS: dict[str, str] = {
     "tiny": "synthetic word-level tokenizer, vocab 512 (16 planted <unusedN>)",
     "real-shapes": "synthetic word-level tokenizer, vocab 262,144, <unusedN> in Gemma 4's id blocks",
     "gemma3": "Gemma 3's real tokenizer, from the local cache (`canvaslab assets tokenizer`)",
+    "mini": "the trained `mini` model's byte-level BPE, vocab 4,096, <unusedN> in Gemma-like id blocks",
 }
 
 
@@ -27,6 +29,8 @@ def _load_preset(name: str, cache_dir: str | Path | None) -> PreTrainedTokenizer
         return build_synthetic_tokenizer(512)
     if name == "real-shapes":
         return build_synthetic_tokenizer(262_144)
+    if name == "mini":
+        return load_mini_tokenizer()
     return load_gemma3_tokenizer(cache_dir)
 
 

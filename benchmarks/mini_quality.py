@@ -1,0 +1,44 @@
+"""Held-out quality of trained `mini` checkpoints: per-task accuracy of the diffusion model (through
+canvaslab's generate with the checkpoint's default sampler settings, 48-pass budget) and of the AR
+sibling (greedy), median accept calls, written with the environment.
+
+    python benchmarks/mini_quality.py --run DIR [--models diffusion,autoregressive] [--passages FILE]
+        [--per-task 40] [--device cpu|cuda] --out FILE.json
+
+``DIR`` holds ``diffusion/`` and/or ``autoregressive/`` as written by ``canvaslab mini train``. The
+held-out prompts are a function of ``--per-task`` and ``--seed`` only, so runs of the two models on
+different machines score the same prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+from canvaslab.training.run import evaluate_models
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--run", type=Path, required=True)
+    parser.add_argument("--models", default="diffusion,autoregressive")
+    parser.add_argument("--passages", type=Path)
+    parser.add_argument("--per-task", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    models = tuple(args.models.split(","))
+    evaluate_models(args.run, args.passages, args.per_task, args.device, seed=args.seed, models=models)
+    written = args.run / f"quality_{'_'.join(models)}.json"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=args.out.parent, delete=False) as handle:
+        shutil.copyfile(written, handle.name)
+    Path(handle.name).replace(args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

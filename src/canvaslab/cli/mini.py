@@ -1,0 +1,71 @@
+"""``canvaslab mini train`` (train `mini` and its AR sibling) and ``canvaslab mini passages`` (cut the
+assets corpus into the prose passages the training mixture uses)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from canvaslab.cli.app import app
+from canvaslab.errors import CanvaslabError
+
+mini_app = typer.Typer(help="the trained miniature DiffusionGemma: prepare data, train, evaluate", no_args_is_help=True)
+app.add_typer(mini_app, name="mini")
+
+
+@mini_app.command("passages")
+def passages(
+    corpus: Path = typer.Option(..., "--corpus", help="the corpus from `canvaslab assets corpus`"),
+    out: Path = typer.Option(..., "--out", help="passage file to write (one passage per line)"),
+) -> None:
+    """Cut the corpus's narrative sources (Jane Austen, State of the Union) into prose passages."""
+    from canvaslab.training.tasks.prose import prepare_passages
+
+    count = prepare_passages(corpus, out)
+    typer.echo(f"wrote {count:,} passages to {out}")
+
+
+@mini_app.command("tokenizer")
+def tokenizer(
+    passages_file: Optional[Path] = typer.Option(None, "--passages", help="prose passages (`canvaslab mini passages`)"),
+    out: Path = typer.Option(..., "--out", help="folder for the tokenizer files"),
+) -> None:
+    """Retrain the `mini` BPE tokenizer (the shipped one: `--passages` from the default corpus, seed 0)."""
+    from canvaslab.training.tokenizer import build_mini_tokenizer, unused_ids
+
+    if passages_file is not None and not passages_file.is_file():
+        raise CanvaslabError(f"--passages {passages_file}: no such file (make one with `canvaslab mini passages`)")
+    built = build_mini_tokenizer(passages_file, out)
+    typer.echo(f"wrote {out}: {len(built):,} ids, {len(unused_ids(built))} <unusedN>")
+
+
+@mini_app.command("train")
+def train(
+    out: Path = typer.Option(..., "--out", help="folder for both checkpoints, loss.png, quality.json, MODEL_CARD.md"),
+    passages_file: Optional[Path] = typer.Option(None, "--passages", help="prose passages (`canvaslab mini passages`)"),
+    steps: int = typer.Option(2000, "--steps", min=1),
+    batch_size: int = typer.Option(256, "--batch-size", min=1),
+    learning_rate: float = typer.Option(1e-3, "--lr"),
+    seed: int = typer.Option(0, "--seed"),
+    device: str = typer.Option("cuda", "--device", help="cuda (bf16 autocast) or cpu (float32)"),
+    eval_per_task: int = typer.Option(100, "--eval-per-task", min=0, help="held-out prompts per task (0: skip)"),
+) -> None:
+    """Train `mini` and its autoregressive sibling on the same examples, then evaluate both on held-out prompts."""
+    from canvaslab.models.loading import resolve_device
+    from canvaslab.training.card import write_card
+    from canvaslab.training.loop import TrainSettings
+    from canvaslab.training.run import RunSpec, evaluate_models, train_models
+
+    if passages_file is not None and not passages_file.is_file():
+        raise CanvaslabError(f"--passages {passages_file}: no such file (make one with `canvaslab mini passages`)")
+    if out.exists() and any(out.iterdir()):
+        raise CanvaslabError(f"--out {out} is not empty: choose a new folder (a finished run is never overwritten)")
+    resolve_device(device)
+    settings = TrainSettings(steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
+                             warmup_steps=min(100, steps // 10 + 1))
+    train_models(RunSpec(out, passages_file, settings, device=device), log=typer.echo)
+    if eval_per_task:
+        evaluate_models(out, passages_file, eval_per_task, device, seed=seed, log=typer.echo)
+    typer.echo(f"wrote {write_card(out)}")

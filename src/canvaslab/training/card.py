@@ -1,0 +1,77 @@
+"""The loss curve (PNG) and the model card of a `mini` training run, from its ``training.json`` and
+``quality.json``: every number on the card is read from those files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from canvaslab.io import read_json
+
+
+def plot_loss(training: dict, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for name, label in (("diffusion", "mini (diffusion, canvas CE)"), ("autoregressive", "AR sibling (next-token CE)")):
+        history = training.get(name, {}).get("history", [])
+        axis.plot([e["step"] for e in history], [e["loss"] for e in history], label=label)
+    axis.set_xlabel("step")
+    axis.set_ylabel("training loss (nats/token)")
+    axis.set_yscale("log")
+    axis.legend()
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+    return out
+
+
+def _quality_rows(quality: dict) -> list[str]:
+    rows = ["| task | n | mini | AR sibling | mini median accept calls |", "| --- | --- | --- | --- | --- |"]
+    for task, entry in quality["diffusion"].items():
+        metric = "english_word_share" if task == "prose" else "accuracy"
+        ar = quality.get("autoregressive", {}).get(task, {}).get(metric)
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        rows.append(f"| {task} ({metric}) | {entry['n']} | {fmt(entry.get(metric))} | {fmt(ar)} | "
+                    f"{entry.get('median_accept_calls', '-')} |")
+    return rows
+
+
+def write_card(run_dir: Path) -> Path:
+    """``MODEL_CARD.md`` in ``run_dir`` (and the loss curve ``loss.png`` beside it)."""
+    training = read_json(run_dir / "training.json")
+    quality: dict = {}
+    for path in sorted(run_dir.glob("quality_*.json")):  # one file per evaluation call
+        quality.update(read_json(path))
+    plot_loss(training, run_dir / "loss.png")
+    settings = training["settings"]
+    models = [name for name in ("diffusion", "autoregressive") if name in training]
+    lines = [
+        "# canvaslab `mini` and its autoregressive sibling", "",
+        "A DiffusionGemma (`DiffusionGemmaForBlockDiffusion`) trained from scratch by `canvaslab mini train`, and a",
+        "Gemma 4 causal LM of the same dimensions trained on the same examples for the same steps.",
+        "Objective and schedule: docs/mini-model.md.", "",
+        "## Training", "",
+        "- parameters: " + ", ".join(f"{name} {training[name]['parameters']:,}" for name in models),
+        f"- batch {settings['batch_size']}, peak learning rate {settings['learning_rate']}, "
+        f"warm-up {settings['warmup_steps']} steps, seed {settings['seed']}",
+        f"- example pool: {training['pool_examples']:,} examples, {training['pool_tokens']:,} tokens",
+        f"- mixture (examples per task): {training['mixture_counts']}",
+    ]
+    if "autoregressive" not in models:
+        lines.append("- autoregressive sibling: not trained in this run")
+    for name in models:
+        last = training[name]["history"][-1]
+        lines.append(f"- {name}: {training[name]['steps']} steps, final loss {last['loss']:.4f}, "
+                     f"{last['tokens']:,} tokens processed, {training[name]['train_seconds']} s")
+    lines += [f"- device: {training['environment'].get('device')}", "", "![loss](loss.png)", ""]
+    if "diffusion" in quality:
+        lines += ["## Held-out quality", "",
+                  f"{quality['per_task']} held-out prompts per task; mini through transformers' generate with its",
+                  "default sampler settings (48-pass budget); the AR sibling greedy.", ""] + _quality_rows(quality)
+    out = run_dir / "MODEL_CARD.md"
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out

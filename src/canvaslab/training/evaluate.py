@@ -1,0 +1,105 @@
+"""Quality of the `mini` models on held-out prompts, scored by the commit-order study's scorers.
+
+The diffusion model answers through canvaslab's generate (transformers' own loop, per-row randomness)
+with the checkpoint's default sampler settings; the autoregressive sibling answers greedily. Math,
+factual, JSON and code answers are scored exactly as the commit-order study scores them; prose has
+no right answer, so it gets a readability proxy: the share of its words that occur in the training
+passages' vocabulary (random tokens score near 0, English near 1).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from canvaslab.generation import generate
+from canvaslab.studies.commit_order.probes import score
+from canvaslab.studies.commit_order.probes.probe import make_probe
+from canvaslab.studies.commit_order.prompting import encode_prompt
+from canvaslab.training.tasks import Example
+
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+@lru_cache(maxsize=2)
+def _vocabulary(passages: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in _WORD.findall(Path(passages).read_text(encoding="utf-8")))
+
+
+def english_fraction(text: str, passages: Path | str) -> float:
+    """Share of the text's words found in the passages' vocabulary (0 when there are no words)."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    vocabulary = _vocabulary(str(passages))
+    return sum(w in vocabulary for w in words) / len(words) if words else 0.0
+
+
+def judge(example: Example, text: str) -> bool | None:
+    probe = make_probe(example.regime, example.key, example.prompt, example.reference)
+    return score(probe, text)
+
+
+def _chunks(items: Sequence, size: int):
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def answer_diffusion(loaded, examples: Sequence[Example], *, batch_size: int = 64, seed: int = 0) -> list[dict]:
+    """Generate every example's answer with the model's defaults; text and decoder passes (accept calls)."""
+    rows = []
+    for chunk in _chunks(examples, batch_size):
+        prompts = [encode_prompt(loaded.tokenizer, e.prompt) for e in chunk]
+        output = generate(loaded, prompts, seed=seed)
+        rows += [{"text": r.text, "passes": sum(r.passes), "canvases": len(r.passes)} for r in output.rows]
+    return rows
+
+
+@torch.no_grad()
+def answer_causal(model, tokenizer, examples: Sequence[Example], *, max_new_tokens: int, batch_size: int = 64,
+                  eos_ids: Sequence[int] = (1, 106)) -> list[dict]:
+    """Greedy answers of the autoregressive sibling (left-padded batches)."""
+    rows, pad = [], tokenizer.pad_token_id
+    for chunk in _chunks(examples, batch_size):
+        prompts = [encode_prompt(tokenizer, e.prompt) for e in chunk]
+        width = max(map(len, prompts))
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=model.device)
+        mask = (torch.arange(width, device=model.device)[None] >= torch.tensor(
+            [width - len(p) for p in prompts], device=model.device)[:, None]).long()
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+                             eos_token_id=list(eos_ids), pad_token_id=pad)
+        rows += [{"text": tokenizer.decode(_until_eos(seq[width:].tolist(), eos_ids), skip_special_tokens=True)}
+                 for seq in out]
+    return rows
+
+
+def _until_eos(tokens: list[int], eos_ids: Sequence[int]) -> list[int]:
+    end = next((i for i, t in enumerate(tokens) if t in eos_ids), len(tokens))
+    return tokens[:end]
+
+
+def summarize(examples: Sequence[Example], answers: Sequence[dict], passages: Path | str | None) -> dict:
+    """Per task: n, accuracy (or the English share for prose), median accept calls where known."""
+    by_task: dict[str, dict] = {}
+    for example, answer in zip(examples, answers):
+        entry = by_task.setdefault(example.task, {"n": 0, "scores": [], "passes": []})
+        entry["n"] += 1
+        if example.task == "prose":
+            value = english_fraction(answer["text"], passages) if passages else None
+        else:
+            value = judge(example, answer["text"])
+        answer["score"] = value
+        if value is not None:
+            entry["scores"].append(float(value))
+        if "passes" in answer:
+            entry["passes"].append(answer["passes"])
+    summary = {}
+    for task, entry in by_task.items():
+        metric = "english_word_share" if task == "prose" else "accuracy"
+        summary[task] = {"n": entry["n"], metric: statistics.fmean(entry["scores"]) if entry["scores"] else None}
+        if entry["passes"]:
+            summary[task]["median_accept_calls"] = statistics.median(entry["passes"])
+    return summary

@@ -1,0 +1,121 @@
+"""The training loop shared by the diffusion model and its autoregressive sibling.
+
+Seeded throughout (example order, noise, self-conditioning draws, initialisation); AdamW with linear
+warm-up and cosine decay; bf16 autocast on CUDA with fp32 master weights; gradient clipping at 1.
+Both models see the same examples in the same order for the same number of steps (the "same data and
+budget" of the comparison).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from canvaslab.training.batches import Pool, causal_rows, diffusion_rows
+from canvaslab.training.objective import DiffusionBatch, NoiseSchedule, causal_lm_loss, diffusion_loss
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    steps: int = 2000
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    seed: int = 0
+    log_every: int = 25
+    # > 0: the number of steps is set after a short measurement so that training takes about this long
+    # (capped by ``steps``); the steps actually run are recorded, so ``--steps`` reproduces the run.
+    time_budget_s: float = 0.0
+    schedule: NoiseSchedule = field(default_factory=NoiseSchedule)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# Steps timed to set the step count under a time budget: past the first steps' allocator and kernel
+# warm-up, which run several times slower than the rest.
+_MEASURE_FROM, _MEASURE_TO = 40, 70
+
+
+def _learning_rate(settings: TrainSettings, step: int, total: int | None = None) -> float:
+    total = settings.steps if total is None else total
+    if step < settings.warmup_steps:
+        return settings.learning_rate * (step + 1) / settings.warmup_steps
+    progress = min(1.0, (step - settings.warmup_steps) / max(1, total - settings.warmup_steps))
+    return settings.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _optimizer(model, settings: TrainSettings) -> torch.optim.Optimizer:
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=settings.learning_rate, betas=(0.9, 0.98), fused=None)
+
+
+def _batch_order(pool: Pool, settings: TrainSettings) -> Callable[[int], list[int]]:
+    """Indices of step ``step``'s examples: passes over a seeded permutation of the pool."""
+    order = list(range(len(pool)))
+    random.Random(f"order/{settings.seed}").shuffle(order)
+
+    def indices(step: int) -> list[int]:
+        start = (step * settings.batch_size) % len(order)
+        return [order[(start + i) % len(order)] for i in range(settings.batch_size)]
+
+    return indices
+
+
+def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_length: int = 0,
+          progress: Callable[[dict], None] | None = None) -> list[dict]:
+    """Train ``model`` in place (``kind`` ``diffusion`` or ``causal``); the loss history."""
+    device = next(model.parameters()).device
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else None
+    optimizer, indices = _optimizer(model, settings), _batch_order(pool, settings)
+    generator = torch.Generator(device=device).manual_seed(settings.seed)
+    row_rng = random.Random(f"canvas/{settings.seed}")
+    history, started, tokens = [], time.perf_counter(), 0
+    total, step, measured_from, skipped = settings.steps, 0, None, 0
+    model.train()
+    while step < total:
+        if settings.time_budget_s and step == _MEASURE_FROM:
+            measured_from = time.perf_counter()
+        if settings.time_budget_s and step == _MEASURE_TO:
+            per_step = (time.perf_counter() - measured_from) / (_MEASURE_TO - _MEASURE_FROM)
+            remaining = settings.time_budget_s - (time.perf_counter() - started)
+            total = min(settings.steps, max(step + 1, step + int(remaining / per_step)))
+        for group in optimizer.param_groups:
+            group["lr"] = _learning_rate(settings, step, total)
+        with autocast if autocast is not None else torch.enable_grad():
+            if kind == "diffusion":
+                ids, mask, canvas = diffusion_rows(pool, indices(step), canvas_length, row_rng)
+                batch = DiffusionBatch(ids.to(device), mask.to(device), canvas.to(device))
+                loss = diffusion_loss(model, batch, settings.schedule, generator)
+                tokens += ids.numel() + canvas.numel()
+            else:
+                ids, mask, labels = causal_rows(pool, indices(step))
+                loss = causal_lm_loss(model, ids.to(device), mask.to(device), labels.to(device))
+                tokens += ids.numel()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        # A non-finite loss or gradient (a bf16 overflow) would turn every weight into NaN for good:
+        # such a step is skipped and counted instead.
+        if torch.isfinite(grad_norm) and torch.isfinite(loss.detach()):
+            optimizer.step()
+        else:
+            skipped += 1
+        if step % settings.log_every == 0 or step == total - 1:
+            entry = {"step": step, "loss": float(loss.detach()), "tokens": tokens,
+                     "seconds": round(time.perf_counter() - started, 2), "lr": _learning_rate(settings, step, total),
+                     "skipped_steps": skipped}
+            history.append(entry)
+            if progress is not None:
+                progress(entry)
+        step += 1
+    model.eval()
+    return history

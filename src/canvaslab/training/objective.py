@@ -1,0 +1,142 @@
+"""The training objectives: DiffusionGemma's uniform-noise denoising, and next-token prediction for the
+autoregressive sibling.
+
+The diffusion objective is the training-time mirror of transformers' generate loop
+(``generation_diffusion_gemma.py``), so the shipped sampler works unchanged:
+
+- the prompt, and for answers longer than one canvas the answer's earlier canvases, run through the
+  encoder into a ``DynamicCache`` (the decoder only reads it), as generate does before each canvas;
+- the canvas is the next ``canvas_length`` answer tokens, padded with ``<pad>`` after ``<end_of_turn>``;
+  a random fraction ``r ~ U(r_min, 1)`` of its positions is replaced by tokens drawn uniformly from the
+  WHOLE vocabulary (unused ids included), which is what ``initialize_canvas``/``renoise_canvas`` do
+  (r = 1 is the first denoising step; smaller r the later steps, where accepted tokens stay);
+- self-conditioning: for a random half of the rows, a first decoder pass without gradient on a
+  noisier copy of the canvas (the previous step saw fewer accepted tokens) gives logits, which are
+  divided by a temperature drawn from ``[t_min, t_max]`` and cast to the embedding dtype exactly as
+  ``_denoising_step`` hands them to the next step, and enter the second pass through
+  ``self_conditioning_logits`` / ``self_conditioning_mask`` (the mask zeroes the signal for the
+  other rows, as on a first step);
+- loss: cross-entropy of the softcapped logits against the clean canvas at EVERY position (noised or
+  not): the sampler's entropy bound and the stopping rule read the entropy of all positions, so kept
+  tokens and the pad tail must be predicted confidently too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, grouped_mm_experts_forward
+
+
+@dataclass(frozen=True)
+class NoiseSchedule:
+    """How canvases are corrupted and self-conditioned in training (docs/mini-model.md)."""
+
+    min_rate: float = 0.05
+    self_conditioning_probability: float = 0.5
+    t_min: float = 0.4
+    t_max: float = 0.8
+
+
+@dataclass
+class DiffusionBatch:
+    """Left-padded encoder input (prompt + earlier canvases) and the clean target canvas."""
+
+    encoder_ids: torch.Tensor  # (B, L)
+    encoder_mask: torch.Tensor  # (B, L) bool
+    canvas: torch.Tensor  # (B, C)
+
+
+def noise_canvas(canvas: torch.Tensor, rate: torch.Tensor, vocab_size: int, generator: torch.Generator,
+                 keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Replace each position with probability ``rate`` (per row) by a uniform token from the vocabulary.
+
+    ``keep`` (a per-position uniform draw) makes noise nested: a row noised at a higher rate with the
+    same ``keep`` has every position the lower rate noised, plus more.
+    """
+    if keep is None:
+        keep = torch.rand(canvas.shape, generator=generator, device=canvas.device)
+    noised = keep < rate[:, None]
+    random_tokens = torch.randint(0, vocab_size, canvas.shape, generator=generator, device=canvas.device)
+    return torch.where(noised, random_tokens, canvas), noised
+
+
+def _decoder_logits(model, cache, batch: DiffusionBatch, canvas: torch.Tensor, **self_conditioning) -> torch.Tensor:
+    length = batch.encoder_ids.shape[1]
+    positions = torch.arange(length, length + canvas.shape[1], device=canvas.device)[None]
+    decoder_mask = F.pad(batch.encoder_mask, (0, canvas.shape[1]), value=True)
+    return model(cache=cache, decoder_input_ids=canvas, decoder_attention_mask=decoder_mask,
+                 decoder_position_ids=positions, **self_conditioning).logits
+
+
+def encode_prefix(model, batch: DiffusionBatch) -> DynamicCache:
+    """Run the encoder over prompt + earlier canvases into a fresh cache (with gradients)."""
+    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    positions = torch.arange(batch.encoder_ids.shape[1], device=batch.encoder_ids.device)[None]
+    model.model.encoder(input_ids=batch.encoder_ids, attention_mask=batch.encoder_mask, cache=cache,
+                        position_ids=positions)
+    return cache
+
+
+def diffusion_loss(model, batch: DiffusionBatch, schedule: NoiseSchedule, generator: torch.Generator) -> torch.Tensor:
+    """One training loss of the denoiser on ``batch`` (see the module docstring)."""
+    rows, device, vocab = batch.canvas.shape[0], batch.canvas.device, model.config.text_config.vocab_size
+    rate = schedule.min_rate + (1 - schedule.min_rate) * torch.rand(rows, generator=generator, device=device)
+    keep = torch.rand(batch.canvas.shape, generator=generator, device=device)
+    noisy, _ = noise_canvas(batch.canvas, rate, vocab, generator, keep)
+    cache = encode_prefix(model, batch)
+    use_sc = torch.rand(rows, generator=generator, device=device) < schedule.self_conditioning_probability
+    self_conditioning = {}
+    if bool(use_sc.any()):
+        earlier_rate = rate + (1 - rate) * torch.rand(rows, generator=generator, device=device)
+        earlier, _ = noise_canvas(batch.canvas, earlier_rate, vocab, generator, keep)
+        temperature = schedule.t_min + (schedule.t_max - schedule.t_min) * torch.rand(
+            rows, 1, 1, generator=generator, device=device)
+        with torch.no_grad():
+            previous = _decoder_logits(model, cache, batch, earlier) / temperature
+        embed_dtype = model.model.decoder.embed_tokens.weight.dtype
+        self_conditioning = {"self_conditioning_logits": previous.to(embed_dtype), "self_conditioning_mask": use_sc}
+    logits = _decoder_logits(model, cache, batch, noisy, **self_conditioning)
+    return F.cross_entropy(logits.float().reshape(-1, vocab), batch.canvas.reshape(-1))
+
+
+def causal_lm_loss(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Next-token loss of the autoregressive sibling (labels -100 on prompt and padding)."""
+    return model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+
+
+AUTOCAST_EXPERTS = "canvaslab_autocast_grouped_mm"
+
+
+class _CastExperts:
+    """The experts module seen with its two weight tensors cast to the autocast dtype (grads flow back)."""
+
+    def __init__(self, module: torch.nn.Module, dtype: torch.dtype) -> None:
+        self._module = module
+        self.gate_up_proj = module.gate_up_proj.to(dtype)
+        self.down_proj = module.down_proj.to(dtype)
+
+    def __getattr__(self, name: str):
+        return getattr(self._module, name)
+
+
+def autocast_experts_forward(module, hidden_states, top_k_index, top_k_weights):
+    """transformers' grouped-GEMM experts under bf16 autocast: ``grouped_mm`` is not an autocast op, so
+    fp32 master weights and bf16 activations are brought to one dtype here."""
+    if not torch.is_autocast_enabled(hidden_states.device.type):
+        return grouped_mm_experts_forward(module, hidden_states, top_k_index, top_k_weights)
+    dtype = torch.get_autocast_dtype(hidden_states.device.type)
+    view = _CastExperts(module, dtype)
+    return grouped_mm_experts_forward(view, hidden_states.to(dtype), top_k_index, top_k_weights.to(dtype))
+
+
+def use_autocast_experts(model) -> None:
+    ALL_EXPERTS_FUNCTIONS.register(AUTOCAST_EXPERTS, autocast_experts_forward)
+    model.set_experts_implementation(AUTOCAST_EXPERTS)
+
+
+def restore_experts(model) -> None:
+    model.set_experts_implementation("grouped_mm")

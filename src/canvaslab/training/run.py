@@ -1,0 +1,129 @@
+"""``canvaslab mini train``: train `mini` and its autoregressive sibling, save both, evaluate, report.
+
+Writes ``OUT/diffusion`` and ``OUT/autoregressive`` (transformers checkpoints, bf16 safetensors, with
+the tokenizer and a generation config; ``--model OUT/diffusion`` and ``--baseline OUT/autoregressive``
+load them), ``OUT/loss.png``, ``OUT/quality.json`` and ``OUT/MODEL_CARD.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from transformers import DiffusionGemmaForBlockDiffusion, Gemma4ForCausalLM, GenerationConfig
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import (DiffusionGemmaGenerationConfig,
+                                                                             EntropyBoundSamplerConfig)
+
+from canvaslab.environment import environment_fingerprint
+from canvaslab.io import write_json_atomic
+from canvaslab.models.mini import MINI_EOS_IDS, ar_sibling_config, load_mini_tokenizer, mini_config
+from canvaslab.training.batches import Pool, generate_texts
+from canvaslab.training.loop import TrainSettings, train
+from canvaslab.training.objective import restore_experts, use_autocast_experts
+
+# Sampler defaults shipped with `mini` (generation_config.json): the real model's, a 48-pass budget,
+# two canvases of 128 (the longest training answers).
+MINI_GENERATION = {
+    "max_denoising_steps": 48, "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1,
+    "confidence_threshold": 0.005, "max_new_tokens": 256, "eos_token_id": MINI_EOS_IDS, "pad_token_id": 0,
+}
+
+
+def diffusion_generation_config(**overrides) -> DiffusionGemmaGenerationConfig:
+    settings = {**MINI_GENERATION, **overrides}
+    return DiffusionGemmaGenerationConfig(sampler_config=EntropyBoundSamplerConfig(entropy_bound=0.1), **settings)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    out: Path
+    passages: Path | None
+    settings: TrainSettings
+    device: str = "cuda"
+    examples: int = 0  # pool size; 0 = steps x batch
+    text_overrides: tuple = ()
+    canvas_length: int = 128
+    kinds: tuple[str, ...] = ("diffusion", "causal")
+
+
+def _save(model, tokenizer, generation_config, folder: Path) -> None:
+    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    generation_config.save_pretrained(folder)
+
+
+def train_models(spec: RunSpec, log=print, on_saved=None) -> dict:
+    """Train both models on the same pool; save them; return what the model card needs."""
+    tokenizer = load_mini_tokenizer()
+    count = spec.examples or spec.settings.steps * spec.settings.batch_size
+    started = time.perf_counter()
+    rows = generate_texts(spec.passages, count, spec.settings.seed, workers=min(16, os.cpu_count() or 1))
+    pool = Pool.build(tokenizer, rows, max_answer_tokens=2 * spec.canvas_length)
+    log(f"pool: {len(pool)} examples, {pool.tokens()} tokens, {time.perf_counter() - started:.1f} s")
+    text = dict(spec.text_overrides)
+    report = {"pool_examples": len(pool), "pool_tokens": pool.tokens(), "settings": spec.settings.as_dict(),
+              "mixture_counts": {t: pool.tasks.count(t) for t in sorted(set(pool.tasks))}}
+    settings = spec.settings
+    for kind in spec.kinds:
+        torch.manual_seed(spec.settings.seed)
+        random.seed(spec.settings.seed)
+        if kind == "diffusion":
+            model = DiffusionGemmaForBlockDiffusion(mini_config(spec.canvas_length, **text))
+        else:
+            model = Gemma4ForCausalLM(ar_sibling_config(**text))
+        model.to(spec.device)
+        if spec.device.startswith("cuda"):
+            use_autocast_experts(model)
+        started = time.perf_counter()
+        history = train(model, pool, settings, kind, canvas_length=spec.canvas_length,
+                        progress=lambda e, k=kind: log(f"{k} {e}"))
+        # The sibling gets the same budget: the steps (hence examples, in the same order) the diffusion
+        # model ran, whatever its time budget made of them.
+        settings = replace(settings, steps=history[-1]["step"] + 1, time_budget_s=0.0)
+        restore_experts(model)
+        name = "diffusion" if kind == "diffusion" else "autoregressive"
+        generation = diffusion_generation_config() if kind == "diffusion" else GenerationConfig(
+            eos_token_id=MINI_EOS_IDS, pad_token_id=0, bos_token_id=2, do_sample=False, max_new_tokens=256)
+        _save(model, tokenizer, generation, spec.out / name)
+        if on_saved is not None:
+            on_saved(spec.out / name)
+        report[name] = {"parameters": sum(p.numel() for p in model.parameters()), "history": history,
+                        "steps": history[-1]["step"] + 1,
+                        "train_seconds": round(time.perf_counter() - started, 1)}
+    report["environment"] = environment_fingerprint(device=torch.device(spec.device))
+    write_json_atomic(spec.out / "training.json", report)
+    return report
+
+
+def evaluate_models(out: Path, passages: Path | None, per_task: int, device: str, seed: int = 0, log=print,
+                    models: tuple[str, ...] = ("diffusion", "autoregressive")) -> dict:
+    """Held-out quality of both saved models (``OUT/quality.json``)."""
+    from canvaslab.models import load_model
+    from canvaslab.training.evaluate import answer_causal, answer_diffusion, summarize
+    from canvaslab.training.tasks import EVAL_TASKS, Mixture
+
+    mixture = Mixture(passages)
+    examples = [e for task in EVAL_TASKS if task in mixture.makers for e in mixture.heldout(task, per_task, seed)]
+    result = {"per_task": per_task, "seed": seed, "generation": MINI_GENERATION, "samples": {}}
+    tokenizer = load_mini_tokenizer()
+    for name in models:
+        started = time.perf_counter()
+        if name == "diffusion":
+            loaded = load_model(str(out / name), device=device, dtype="bfloat16")
+            answers = answer_diffusion(loaded, examples, seed=seed)
+            result["environment"] = environment_fingerprint(loaded.model, loaded.device)
+        else:
+            causal = Gemma4ForCausalLM.from_pretrained(out / name, dtype=torch.bfloat16).to(device).eval()
+            answers = answer_causal(causal, tokenizer, examples, max_new_tokens=256)
+            result.setdefault("environment", environment_fingerprint(device=torch.device(device)))
+        result[name] = summarize(examples, answers, passages)
+        result[f"{name}_seconds"] = round(time.perf_counter() - started, 1)
+        result["samples"][name] = [{"task": e.task, "prompt": e.prompt, "expected": e.answer, **a}
+                                   for e, a in list(zip(examples, answers))[:: max(1, per_task // 4)]]
+        log(f"quality {name}: {result[name]}")
+    write_json_atomic(out / f"quality_{'_'.join(models)}.json", result)
+    return result

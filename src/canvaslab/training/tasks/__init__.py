@@ -1,0 +1,62 @@
+"""The `mini` training mixture: seeded task generators with hash-decided held-out splits.
+
+``Mixture.sample(rng, "train")`` draws one training example; ``Mixture.heldout(task, n, seed)`` a list
+of held-out ones (never produced for training, by construction of ``split_of``). Everything is a pure
+function of the seed and, for prose, of the passage file.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+from canvaslab.training.tasks import arithmetic, code, knowledge, prose, structured
+from canvaslab.training.tasks.base import Example, draw, split_of
+
+# Share of training examples per task. Math and code get the most: their answers are exact.
+MIXTURE: dict[str, float] = {
+    "add2": 0.12, "add3": 0.18, "word": 0.10, "fact": 0.14, "fact_statement": 0.04,
+    "json": 0.12, "code": 0.12, "prose": 0.18,
+}
+# The tasks the quality benchmark scores (fact statements are training material only).
+EVAL_TASKS: tuple[str, ...] = ("add2", "add3", "word", "fact", "json", "code", "prose")
+
+
+class Mixture:
+    """Generators for every task; prose needs the passage file written by ``prepare_passages``."""
+
+    def __init__(self, passages: Path | str | None) -> None:
+        self.makers: dict[str, Callable[[random.Random], Example]] = {
+            "add2": lambda rng: arithmetic.addition(rng, 2),
+            "add3": lambda rng: arithmetic.addition(rng, 3),
+            "word": arithmetic.word_problem,
+            "fact": knowledge.question,
+            "fact_statement": knowledge.statement,
+            "json": structured.json_object,
+            "code": code.python_function,
+        }
+        if passages is not None:
+            texts = prose.load_passages(str(passages))
+            self.makers["prose"] = lambda rng: prose.continuation(rng, texts)
+        self.tasks = [task for task in MIXTURE if task in self.makers]
+        self.weights = [MIXTURE[task] for task in self.tasks]
+
+    def sample(self, rng: random.Random, split: str = "train") -> Example:
+        task = rng.choices(self.tasks, self.weights)[0]
+        return draw(self.makers[task], rng, split)
+
+    def heldout(self, task: str, n: int, seed: int = 0) -> list[Example]:
+        """``n`` distinct held-out examples of ``task`` (distinct prompts), reproducible from ``seed``."""
+        rng, seen, examples = random.Random(f"heldout/{task}/{seed}"), set(), []
+        for _ in range(200 * n):
+            example = draw(self.makers[task], rng, "heldout")
+            if example.prompt not in seen:
+                seen.add(example.prompt)
+                examples.append(example)
+            if len(examples) == n:
+                break
+        return examples
+
+
+__all__ = ["EVAL_TASKS", "MIXTURE", "Example", "Mixture", "split_of"]

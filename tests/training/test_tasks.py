@@ -1,0 +1,130 @@
+"""The `mini` data generators: deterministic, held-out items never generated for training, varied
+phrasings, and every reference answer judged correct by the commit-order study's scorers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from canvaslab.studies.commit_order.probes import score
+from canvaslab.studies.commit_order.probes.probe import make_probe
+from canvaslab.training.tasks import EVAL_TASKS, MIXTURE, Mixture, split_of
+from canvaslab.training.tasks.base import TRAIN_ONLY, phrase
+from canvaslab.training.tasks.knowledge import KB_SIZE, knowledge_base
+from canvaslab.training.tasks.prose import load_passages, prepare_passages
+
+PASSAGES = [
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
+    "of a wife. However little known the feelings or views of such a man may be on his first entering a "
+    "neighbourhood, this truth is so well fixed in the minds of the surrounding families.",
+    "The state of the Union is strong. We have come through a hard year together, and we have learned much about "
+    "what we can do when we work as one. Our task now is to build on what we have done.",
+]
+
+
+@pytest.fixture(scope="module")
+def passages(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prose") / "passages.txt"
+    path.write_text("\n".join(PASSAGES * 20) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def mixture(passages):
+    return Mixture(passages)
+
+
+def test_same_seed_same_examples_other_seed_other_examples(mixture):
+    rng = random.Random(1)
+    a = [mixture.sample(rng) for _ in range(50)]
+    rng = random.Random(1)
+    assert a == [mixture.sample(rng) for _ in range(50)]
+    rng = random.Random(2)
+    assert a != [mixture.sample(rng) for _ in range(50)]
+
+
+def test_training_draws_are_never_held_out_and_never_share_a_held_out_prompt(mixture):
+    rng = random.Random(0)
+    training = [mixture.sample(rng, "train") for _ in range(20_000)]
+    assert all(example.split == "train" for example in training)
+    train_prompts = {example.prompt for example in training}
+    train_keys = {example.key for example in training}
+    for task in EVAL_TASKS:
+        if task == "prose":
+            continue  # two passages: both halves exist only with a real corpus (next test)
+        heldout = mixture.heldout(task, 30)
+        assert len(heldout) == 30 and all(example.split == "heldout" for example in heldout)
+        assert not {example.prompt for example in heldout} & train_prompts, task
+        assert not {example.key for example in heldout} & train_keys, task
+
+
+def test_split_is_a_function_of_the_key_alone_and_holds_out_about_a_tenth():
+    keys = [f"add:{a}+{b}" for a in range(10, 100) for b in range(10, 100)]
+    share = sum(split_of(key) == "heldout" for key in keys) / len(keys)
+    assert 0.08 < share < 0.12
+    assert [split_of(k) for k in keys[:100]] == [split_of(k) for k in keys[:100]]
+    assert split_of(f"{TRAIN_ONLY}anything") == "train"
+
+
+def test_factual_heldout_asks_trained_facts_in_wordings_never_trained(mixture):
+    rng = random.Random(3)
+    trained_wordings = {e.key for e in (mixture.sample(rng, "train") for _ in range(20_000)) if e.task == "fact"}
+    for example in mixture.heldout("fact", 40):
+        assert example.key not in trained_wordings
+        country = next(c for c in knowledge_base() if c.name.lower() in example.prompt.lower())
+        assert example.reference["answers"][0] in {country.capital, country.language, str(country.founded)}
+
+
+def test_knowledge_base_is_fixed_and_unambiguous():
+    base = knowledge_base()
+    assert len(base) == KB_SIZE
+    names = [c.name for c in base] + [c.capital for c in base] + [c.language for c in base]
+    assert len(set(names)) == len(names)
+    assert base[0] == knowledge_base()[0]
+
+
+def test_several_phrasings_per_task(mixture):
+    rng = random.Random(5)
+    for task in ("add2", "fact", "json", "code"):
+        prompts = [mixture.makers[task](rng).prompt for _ in range(200)]
+        openings = {p.split()[0].lower() for p in prompts}
+        assert len(openings) >= 5, (task, openings)
+
+
+def test_phrase_keeps_case_when_asked():
+    rng = random.Random(0)
+    texts = [phrase(rng, "Name Ada")[0] for _ in range(300)]
+    assert any(t == t.lower() for t in texts)
+    rng = random.Random(0)
+    assert all("Ada" in phrase(rng, "Name Ada", lowercase=False)[0] for _ in range(300))
+
+
+@pytest.mark.parametrize("task", ["add2", "add3", "word", "fact", "json", "code"])
+def test_reference_answers_pass_the_study_scorers(mixture, task):
+    for example in mixture.heldout(task, 4):
+        probe = make_probe(example.regime, example.key, example.prompt, example.reference)
+        assert score(probe, example.answer) is True, example
+        assert score(probe, "I do not know.") is False
+
+
+def test_prose_passages_from_the_corpus_narrative_sources(tmp_path):
+    corpus = tmp_path / "english.txt"
+    documents = ["A dictionary line; not prose", " ".join(PASSAGES), "Fortune: short."]
+    corpus.write_text("\n\n".join(documents), encoding="utf-8")
+    (tmp_path / "english.manifest.json").write_text(
+        '{"document_separator": "\\n\\n", "sources": [{"name": "wordnet", "documents": 1}, '
+        '{"name": "janeausten", "documents": 1}, {"name": "fortunes", "documents": 1}]}', encoding="utf-8")
+    out = tmp_path / "passages.txt"
+    count = prepare_passages(corpus, out)
+    texts = load_passages(str(out))
+    assert count == len(texts) >= 1
+    assert all("dictionary" not in t and "Fortune" not in t for t in texts)
+    assert any(t.startswith("It is a truth universally acknowledged") for t in texts)
+    example = Mixture(out).makers["prose"](random.Random(0))
+    assert example.regime == "open_ended" and example.answer and example.answer in " ".join(PASSAGES)
+
+
+def test_mixture_weights_cover_every_task():
+    assert abs(sum(MIXTURE.values()) - 1.0) < 1e-9
+    assert set(EVAL_TASKS) <= set(MIXTURE)
