@@ -11,7 +11,6 @@ value and the pass it came from.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,19 +93,17 @@ def _positions_per_layer(group_ref: list[CallRecord], matched: dict) -> tuple[di
     return counts, width
 
 
-def compare_captures(reference: Capture, run: Capture, skip: Collection[PassKey] = ()) -> Comparison:
+def compare_captures(reference: Capture, run: Capture) -> Comparison:
     """Byte-exact comparison of two captures, pass by pass, in the reference's execution order.
 
     Calls are matched by (pass, name, occurrence), so a mode that adds calls still lines up with the
     reference. Every pass counts (prompt cache, encoder, decoder): a pass matches when each of its calls
     has a counterpart of the same shape and value, so the run diverged exactly when some pass does not
-    match. Passes in ``skip`` are left out.
+    match.
     """
     result = Comparison()
     ref_groups, run_groups = reference.by_pass(), run.by_pass()
     for key, group_ref in ref_groups.items():
-        if key in skip:
-            continue
         result.passes_total += 1
         group_run = run_groups.get(key)
         if group_run is None:
@@ -127,7 +124,7 @@ def compare_captures(reference: Capture, run: Capture, skip: Collection[PassKey]
             result.spread_pass = key if key.phase == "decoder" else PassKey(key.canvas, "decoder", 0)
         if result.spread_pass == key:
             result.positions_per_layer, result.canvas_positions = _positions_per_layer(group_ref, matched)
-    extra = [key for key in run_groups if key not in ref_groups and key not in skip]
+    extra = [key for key in run_groups if key not in ref_groups]
     result.passes_total += len(extra)  # passes only the run made (it stopped later) never match
     if extra and result.structure_changed is None:
         result.structure_changed = f"the run made {len(extra)} more passes than the reference"

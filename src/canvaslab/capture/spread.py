@@ -8,20 +8,18 @@ this costs no extra capture: it is a reading of two captures the study already h
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
-from canvaslab.capture.recorder import DECODER_LAYER, Capture, PassKey
+from canvaslab.capture.recorder import DECODER_LAYER, Capture
 
 
-def positions_differing_per_pass(reference: Capture, run: Capture,
-                                 skip: Collection[PassKey] = ()) -> list[dict[str, Any]]:
+def positions_differing_per_pass(reference: Capture, run: Capture) -> list[dict[str, Any]]:
     """One entry per decoder pass of the reference: ``{pass, canvas, step, canvas_positions, layers}``,
     ``layers`` mapping ``"layer N"`` to the number of positions whose digest differs (None: no counterpart)."""
     run_groups = run.by_pass()
     passes = []
     for key, group in reference.by_pass().items():
-        if key.phase != "decoder" or key in skip:
+        if key.phase != "decoder":
             continue
         matched = {record.key: record for record in run_groups.get(key, [])}
         layers: dict[str, int | None] = {}
