@@ -119,3 +119,35 @@ def test_stop_from_entropy_is_transformers_rule(stability):
         stops.append(expected.tolist())
     assert by_entropy.canvases == by_logits.canvases
     assert any(any(s) for s in stops) and not any(s[1] for s in stops)
+
+
+class _ReplayedOnCpu(__import__("canvaslab.generation.fused_step", fromlist=["CapturedPass"]).CapturedPass):
+    """A stand-in for a CUDA graph on the CPU: "replay" reruns the captured function on the captured input
+    tensors and writes into the captured outputs, which is what a graph does with its recorded kernels."""
+
+    def _capture(self, run):
+        self.run = run
+        return run(*self.inputs)
+
+    def _replay(self):
+        for static, fresh in zip(self.outputs, self.run(*self.inputs)):
+            static.copy_(fresh)
+
+
+def test_replayed_passes_give_the_eager_generation(tiny_short_canvas, fused, monkeypatch):
+    prompt = tiny_short_canvas.tokenizer("the man said that the water in the river was cold")["input_ids"]
+    other = tiny_short_canvas.tokenizer("why is the sky blue ?")["input_ids"]
+    generation = {"max_denoising_steps": 5, "max_new_tokens": 64}  # a capture for each canvas
+    eager = _Passes(1)
+    expected = generate(tiny_short_canvas, [other, prompt], mode="invariant", generation=generation, observers=[eager])
+    monkeypatch.setattr(FusedStep, "captured_pass", _ReplayedOnCpu)
+    monkeypatch.setattr(FusedStep, "_graphable", staticmethod(lambda canvas, self_conditioning: self_conditioning is not None))
+    replays = []
+    original = _ReplayedOnCpu._replay
+    monkeypatch.setattr(_ReplayedOnCpu, "_replay", lambda self: (replays.append(1), original(self)))
+    replayed = _Passes(1)
+    result = generate(tiny_short_canvas, [other, prompt], mode="invariant", generation=generation, observers=[replayed])
+    assert len(eager.seen) % 5 == 0 and len(replays) == 3 * len(eager.seen) // 5 > 0  # passes 3-5 of each canvas
+    assert [row.tokens for row in result.rows] == [row.tokens for row in expected.rows]
+    for got, want in zip(replayed.seen, eager.seen):
+        assert all(torch.equal(a, b) for a, b in zip(got, want))

@@ -40,6 +40,8 @@ from typing import Sequence
 import torch
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import LinearTemperatureScheduleLogitsProcessor
 
+from canvaslab.generation.sampler import RowKeyedMultinomial
+
 
 def _temperature(logits_processor, cur_step: int) -> float | None:
     """The step's temperature when the processors are the temperature schedule alone; None otherwise."""
@@ -93,8 +95,53 @@ def streamed_self_conditioning(model):
             handle.remove()
 
 
+class CapturedPass:
+    """One decoder pass (decoder, lm_head, the vocabulary pass) captured as a CUDA graph and replayed.
+
+    The host's launch work for a pass (thousands of kernels at the real shapes: at B=1 it, not the GPU,
+    sets the pace) is done once at capture; a replay launches the recorded kernels with the same
+    arguments, so it computes bit for bit what the captured eager pass computes. Inputs are copied into
+    the captured tensors before each replay; outputs live in the graph's memory and are overwritten by the
+    next replay (small ones are cloned; the self-conditioning logits are consumed by the next replay's
+    first kernels, after being copied into its input)."""
+
+    def __init__(self, run, canvas, self_conditioning, seeds, temperature):
+        self.inputs = (canvas.clone(), self_conditioning, seeds.clone(), temperature.clone())
+        self.outputs = self._capture(run)
+
+    def _capture(self, run):
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            return run(*self.inputs)
+
+    def _replay(self) -> None:
+        self.graph.replay()
+
+    def __call__(self, canvas, self_conditioning, seeds, temperature):
+        for static, value in zip(self.inputs, (canvas, self_conditioning, seeds, temperature)):
+            if static is not value:
+                static.copy_(value)
+        self._replay()
+        scaled, *small = self.outputs
+        return scaled, *(t.clone() for t in small)
+
+
+def _no_function_modes() -> bool:
+    """No ``TorchFunctionMode`` is active (the capture recorder is one): a replayed graph runs no Python, so it
+    would record nothing."""
+    return not torch.overrides._get_current_function_mode_stack()
+
+
 class FusedStep:
-    """A drop-in ``_denoising_step`` for the runner's per-row sampler and stop recorder (see the module)."""
+    """A drop-in ``_denoising_step`` for the runner's per-row sampler and stop recorder (see the module).
+
+    With ``cuda_graphs`` (default), on CUDA and with no recorder attached, each canvas's passes after the
+    second are replayed from a CUDA graph captured at the third (the first two run eagerly: the first has
+    no self-conditioning input, the second compiles what the rest need). A capture that fails (an op
+    that waits for the host) leaves that canvas eager; ``graph_failures`` keeps the reasons."""
+
+    cuda_graphs = True
+    captured_pass = CapturedPass
 
     def __init__(self, model, randomness, observers: Sequence = (), fallback=None):
         self.model = model
@@ -102,27 +149,33 @@ class FusedStep:
         self.observers = observers
         self.fallback = fallback  # transformers' own step, for configurations this one does not cover
         self.softcap = model.config.text_config.final_logit_softcapping
+        self.graph_failures: list[str] = []
+        self.replays = 0
+        self._canvas_key = None  # (cache, mask mapping) of the canvas being denoised, and its passes so far
+        self._captured: CapturedPass | None = None
 
     def __call__(self, decoder_forward, current_canvas, argmax_canvas, input_ids, decoder_position_ids,
                  self_conditioning_logits, mask_mapping, cache, finished_denoising, cur_step, sampler,
                  logits_processor, diffusion_stopping_criteria, **model_kwargs):
         temperature = _temperature(logits_processor, cur_step)
         if temperature is None or not hasattr(sampler, "accept_by_entropy"):
-            return self.fallback(decoder_forward=decoder_forward, current_canvas=current_canvas,
-                                 argmax_canvas=argmax_canvas, input_ids=input_ids,
-                                 decoder_position_ids=decoder_position_ids,
-                                 self_conditioning_logits=self_conditioning_logits, mask_mapping=mask_mapping,
-                                 cache=cache, finished_denoising=finished_denoising, cur_step=cur_step,
-                                 sampler=sampler, logits_processor=logits_processor,
-                                 diffusion_stopping_criteria=diffusion_stopping_criteria, **model_kwargs)
-        from canvaslab.invariant.triton_kernels import vocab_sample
+            with RowKeyedMultinomial(self.randomness):  # transformers' step draws with torch.multinomial
+                return self.fallback(decoder_forward=decoder_forward, current_canvas=current_canvas,
+                                     argmax_canvas=argmax_canvas, input_ids=input_ids,
+                                     decoder_position_ids=decoder_position_ids,
+                                     self_conditioning_logits=self_conditioning_logits, mask_mapping=mask_mapping,
+                                     cache=cache, finished_denoising=finished_denoising, cur_step=cur_step,
+                                     sampler=sampler, logits_processor=logits_processor,
+                                     diffusion_stopping_criteria=diffusion_stopping_criteria, **model_kwargs)
+        seeds = self.randomness.sample_seeds(current_canvas.device)
+        temperature = torch.tensor([temperature], dtype=torch.float32).to(current_canvas.device)
 
-        hidden = self.model.model(decoder_input_ids=current_canvas, self_conditioning_logits=self_conditioning_logits,
-                                  decoder_attention_mask=mask_mapping, cache=cache,
-                                  decoder_position_ids=decoder_position_ids, **model_kwargs).last_hidden_state
-        logits = self.model.lm_head(hidden)
-        seeds = self.randomness.sample_seeds(logits.device)
-        scaled, entropy, new_argmax, denoiser_canvas = vocab_sample(logits, seeds, temperature, self.softcap, out=logits)
+        def run(canvas, self_conditioning, seeds, temperature):
+            return self._pass(canvas, self_conditioning, seeds, temperature, mask_mapping=mask_mapping, cache=cache,
+                              decoder_position_ids=decoder_position_ids, **model_kwargs)
+
+        scaled, entropy, new_argmax, denoiser_canvas = self._run_pass(
+            run, (cache, mask_mapping), current_canvas, self_conditioning_logits, seeds, temperature)
         accepted = sampler.accept_by_entropy(current_canvas, denoiser_canvas, entropy)
         for observer in self.observers:
             observer.on_accept(logits=scaled, accepted_mask=sampler.accepted_token_mask, accepted_canvas=accepted,
@@ -135,3 +188,36 @@ class FusedStep:
                 scaled[finished_denoising] = self_conditioning_logits[finished_denoising]
             finished_denoising |= diffusion_stopping_criteria.stop_from_entropy(new_argmax, entropy)
         return new_canvas, new_argmax, scaled, finished_denoising
+
+    def _pass(self, canvas, self_conditioning, seeds, temperature, *, mask_mapping, cache, decoder_position_ids,
+              **model_kwargs):
+        from canvaslab.invariant.triton_kernels import vocab_sample
+
+        hidden = self.model.model(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
+                                  decoder_attention_mask=mask_mapping, cache=cache,
+                                  decoder_position_ids=decoder_position_ids, **model_kwargs).last_hidden_state
+        logits = self.model.lm_head(hidden)
+        return vocab_sample(logits, seeds, temperature, self.softcap, out=logits)
+
+    @staticmethod
+    def _graphable(canvas, self_conditioning) -> bool:
+        return canvas.is_cuda and self_conditioning is not None and _no_function_modes()
+
+    def _run_pass(self, run, canvas_key, canvas, self_conditioning, seeds, temperature):
+        """The pass eagerly, or replayed from this canvas's captured graph (see the class)."""
+        same_canvas = self._canvas_key is not None and all(a is b for a, b in zip(self._canvas_key[0], canvas_key))
+        passes = self._canvas_key[1] + 1 if same_canvas else 1
+        if not same_canvas:
+            self._captured = None
+        self._canvas_key = (canvas_key, passes)
+        graphs = self.cuda_graphs and self._graphable(canvas, self_conditioning)
+        if graphs and self._captured is None and passes >= 3 and len(self.graph_failures) < 3:
+            try:
+                self._captured = self.captured_pass(run, canvas, self_conditioning, seeds, temperature)
+            except RuntimeError as error:  # an op that cannot be captured: this canvas stays eager
+                self.graph_failures.append(str(error).splitlines()[0])
+                self._canvas_key = (canvas_key, -10 ** 9)  # no second try on this canvas
+        if graphs and self._captured is not None:
+            self.replays += 1
+            return self._captured(canvas, self_conditioning, seeds, temperature)
+        return run(canvas, self_conditioning, seeds, temperature)

@@ -284,10 +284,11 @@ def generate(
         stack.enter_context(_instance_override(model, "_prepare_sampler", prepare_sampler))
         stack.enter_context(_instance_override(model, "_prepare_diffusion_stopping_criteria", prepare_stopping))
         if mode == "invariant" and randomness is not None and streams_vocabulary(model):
+            # The fused step draws in its kernel (no multinomial to answer, so no function mode on every op)
             fused = FusedStep(model, randomness, observers, fallback=model._denoising_step)
             stack.enter_context(_instance_override(model, "_denoising_step", fused))
             stack.enter_context(streamed_self_conditioning(model))
-        if randomness is not None:
+        elif randomness is not None:
             stack.enter_context(RowKeyedMultinomial(randomness))
         else:
             torch.manual_seed(seed)

@@ -330,11 +330,12 @@ def _uniform(seeds, counter):
 
 @triton.jit(do_not_specialize=["R"])
 def _vocab_sample_kernel(logits_ptr, out_ptr, seeds_ptr, entropy_ptr, argmax_ptr, sample_ptr, R, V, L, s_in, s_out,
-                         softcap, temperature, HAS_SOFTCAP: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                         softcap, temperature_ptr, HAS_SOFTCAP: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
                          N_BLOCKS: tl.constexpr):
     # Each row (batch row, canvas position) is reduced on its own lanes: nothing of another row is read.
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_mask = rows < R
+    temperature = tl.load(temperature_ptr)  # read on the device: a captured CUDA graph replays every step
     seeds = tl.load(seeds_ptr + rows // L, mask=row_mask, other=0)[:, None]
     counter_base = ((rows % L) * V)[:, None]
     rows_in = logits_ptr + rows[:, None].to(tl.int64) * s_in
@@ -392,12 +393,13 @@ def vocab_plan(v: int) -> tuple[int, int, int]:
     return (1, block, 8) if v > 4096 else (max(1, 8192 // block), block, 4)
 
 
-def vocab_sample(logits: torch.Tensor, seeds: torch.Tensor, temperature: float, softcap: float | None = None,
+def vocab_sample(logits: torch.Tensor, seeds: torch.Tensor, temperature: float | torch.Tensor, softcap: float | None = None,
                  out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The sampler's whole pass over the vocabulary, in one read of the logits.
 
     ``logits`` ``(B, L, V)`` (the lm_head output when ``softcap`` is given, else softcapped logits); ``seeds``
-    ``(B,)`` int64, one random stream per batch row. For each position, with ``x = softcap(logits) /
+    ``(B,)`` int64, one random stream per batch row; ``temperature`` a float or a one-element float32 tensor
+    on the logits' device. For each position, with ``x = softcap(logits) /
     temperature``: writes ``x`` in ``out``'s dtype (default: ``logits``'s; ``out`` may be ``logits`` itself),
     and returns ``(x, entropy of softmax(x), argmax x, one draw from softmax(x))``, the last three ``(B, L)``.
     A row's lanes read only that row, in an order fixed by V, so nothing depends on the batch.
@@ -412,8 +414,10 @@ def vocab_sample(logits: torch.Tensor, seeds: torch.Tensor, temperature: float, 
     argmax = torch.empty((b, length), device=logits.device, dtype=torch.int64)
     sample = torch.empty_like(argmax)
     per_program, block, warps = vocab_plan(v)
+    if not isinstance(temperature, torch.Tensor):
+        temperature = torch.tensor([temperature], dtype=torch.float32, device=logits.device)
     _vocab_sample_kernel[(triton.cdiv(rows, per_program),)](
         logits, out, seeds, entropy, argmax, sample, rows, v, length, v, v,
-        float(softcap or 1.0), float(temperature), HAS_SOFTCAP=softcap is not None, ROWS=per_program, BLOCK=block,
+        float(softcap or 1.0), temperature, HAS_SOFTCAP=softcap is not None, ROWS=per_program, BLOCK=block,
         N_BLOCKS=triton.cdiv(v, block), num_warps=warps)
     return out, entropy, argmax, sample
