@@ -37,22 +37,22 @@ study() {  # NAME ARGS...: one batch study at real shapes (6 layers), prompts en
 }
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"; } >> "$log" 2>&1
-stage gpu_tests 100 bash -c "python -m pytest -q -p no:cacheprovider tests/gpu/test_fused_gpu.py tests/gpu/test_invariant_gpu.py \
-  -k 'vocab or bf16 or whole_generation or row_reduce' > '$out/gpu_tests.txt' 2>&1; rc=\$?; tail -n 3 '$out/gpu_tests.txt'; exit \$rc"
+stage gpu_tests 130 bash -c "python -m pytest -q -p no:cacheprovider tests/gpu/test_fused_gpu.py tests/gpu/test_invariant_gpu.py \
+  -k 'vocab or bf16 or whole_generation or row_reduce or cuda_graph' > '$out/gpu_tests.txt' 2>&1; rc=\$?; tail -n 3 '$out/gpu_tests.txt'; exit \$rc"
 stage proof_invariant_mixed 40 study invariant_mixed --mode invariant --fill mixed --batch-sizes 1,2,3,4,5,6,7,8,32,64
 stage proof_invariant_copies 35 study invariant_copies --mode invariant --fill copies --batch-sizes 1,2,3,8,32,64
-stage proof_invariant_row5 35 study invariant_mixed_row5 --mode invariant --fill mixed --batch-sizes 1,8,64 --row 5
-stage proof_stock_mixed 30 study stock_mixed --mode stock --fill mixed --batch-sizes 1,2,8
-tar -czf "$out/proof.tar.gz" -C "$out" proof && rm -rf "$out/proof"
-stage throughput_6l 120 python benchmarks/throughput.py --model real-shapes --layers 6 --device cuda \
-  --batch-sizes 1,8,32,64 --modes stock,invariant --steps 4 --repeats 2 --out "$out/throughput_6l.json"
-stage needle_6l 60 python benchmarks/needle.py --model real-shapes --layers 6 --device cuda --batch-sizes 64,128 \
-  --mode invariant --out "$out/needle_6l.json"
+stage throughput_6l 110 python benchmarks/throughput.py --model real-shapes --layers 6 --device cuda \
+  --batch-sizes 1,32,64 --modes stock,invariant,invariant:eager --steps 4 --repeats 2 --out "$out/throughput_6l.json"
+stage needle_6l 50 python benchmarks/needle.py --model real-shapes --layers 6 --device cuda --batch-sizes 64,128 \
+  --mode invariant --steps 4 --out "$out/needle_6l.json"
 stage profile_b32 45 python benchmarks/profile_generate.py --model real-shapes --layers 6 --device cuda \
   --modes invariant,stock --batch-sizes 32 --steps 2 --out "$out/profile_b32.txt"
+stage proof_invariant_row5 30 study invariant_mixed_row5 --mode invariant --fill mixed --batch-sizes 1,8,64 --row 5
+stage proof_stock_mixed 30 study stock_mixed --mode stock --fill mixed --batch-sizes 1,2,8
+tar -czf "$out/proof.tar.gz" -C "$out" proof && rm -rf "$out/proof"
 stage throughput_30l 130 python benchmarks/throughput.py --model real-shapes --layers 30 --device cuda \
-  --batch-sizes 1,8,32 --modes stock,invariant --steps 2 --repeats 1 --out "$out/throughput_30l.json"
+  --batch-sizes 1,8,32 --modes stock,invariant --steps 4 --repeats 1 --out "$out/throughput_30l.json"
 stage needle_30l 70 python benchmarks/needle.py --model real-shapes --layers 30 --device cuda --batch-sizes 64,128 \
-  --mode invariant --out "$out/needle_30l.json"
+  --mode invariant --steps 4 --out "$out/needle_30l.json"
 echo "done at t=${SECONDS}s" >> "$log"
 grep -E "^(==|SKIPPED|invariant|stock|done|\{)" "$log" | tail -n 60

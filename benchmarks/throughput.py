@@ -42,13 +42,22 @@ def graphs_as_in(mode: str):
 
 @contextlib.contextmanager
 def decoder_passes(model):
-    """Counts the decoder's forward calls in the block: the denoising passes generate actually ran."""
+    """Counts the denoising passes generate actually ran in the block: the sampler's renoising, which every pass
+    calls outside the model (a decoder forward hook would miss passes replayed from a CUDA graph)."""
+    from canvaslab.generation.sampler import RowKeyedSampler
+
     counter = [0]
-    handle = model.model.decoder.register_forward_hook(lambda *_: counter.__setitem__(0, counter[0] + 1))
+    original = RowKeyedSampler.renoise_canvas
+
+    def counted(self, *args, **kwargs):
+        counter[0] += 1
+        return original(self, *args, **kwargs)
+
+    RowKeyedSampler.renoise_canvas = counted
     try:
         yield counter
     finally:
-        handle.remove()
+        RowKeyedSampler.renoise_canvas = original
 
 
 def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: int) -> list[dict]:

@@ -314,7 +314,7 @@ def _rescale(m_old, m_new, s, t):
     return s * scale, (t + gap * s) * scale
 
 
-PHILOX_KEY = 0x5EED  # the rows' streams differ by their counters (row seed, position, token), not by the key
+PHILOX_KEY = tl.constexpr(0x5EED)  # the rows' streams differ by their counters (row seed, position, token), not by the key
 
 
 @triton.jit
