@@ -14,9 +14,9 @@ from typing import Callable
 import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from canvaslab.analysis.batch_classes import equivalence_classes
 from canvaslab.capture.digest import digest
 from canvaslab.invariant import generation_mode
-from canvaslab.studies.batch_size.design import equivalence_classes
 
 PROMPT_TOKENS = 64
 

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order.trace import (
+from canvaslab.capture.commit_trace import (
     TRACE_SCHEMA,
     AcceptCall,
     GenerationTrace,

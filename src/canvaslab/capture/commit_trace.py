@@ -3,7 +3,8 @@
 A trace records what ``EntropyBoundSampler.accept_canvas`` did on every call of one generation: the
 positions it held accepted after the call and the entropy of the logits each position was given. The
 measures (``canvaslab.analysis.order_metrics``) need nothing else, so they work on any file in this
-format, whoever wrote it.
+format, whoever wrote it. The format sits in ``capture`` (below ``analysis`` and ``studies``) so that
+the tracer (``canvaslab.studies.commit_order.tracer``) and the measures both import it.
 
 Writing is append-only and crash-safe: ``append_trace`` writes one fsynced line per generation, so an
 interrupted run loses at most the line it was writing. That cut-short last line is dropped on read with
