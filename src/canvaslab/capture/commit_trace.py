@@ -17,8 +17,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import append_line, write_text_atomic
+from canvaslab.io import append_line, atomic_writer, write_text_atomic
 
 TRACE_FIELDS: tuple[str, ...] = (
     "generation_id", "regime", "prompt_id", "seed", "budget", "content", "calls", "correct",
@@ -388,15 +386,8 @@ def export_parquet(traces: Iterable[GenerationTrace], path: str | Path) -> Path:
     if not rows:
         raise CanvaslabError(f"cannot export {path}: no traces")
     table = pa.Table.from_pylist(rows, schema=PARQUET_SCHEMA)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_writer(path, binary=True) as handle:
+        pq.write_table(table, handle)
     return path
 
 
