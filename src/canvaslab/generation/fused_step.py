@@ -41,6 +41,7 @@ import torch
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import LinearTemperatureScheduleLogitsProcessor
 
 from canvaslab.generation.sampler import RowKeyedMultinomial
+from canvaslab.models import anatomy
 
 
 def _temperature(logits_processor, cur_step: int) -> float | None:
@@ -64,20 +65,21 @@ def streamed_self_conditioning(model):
     self-conditioning module in place of the zeros the decoder then passes it."""
     from canvaslab.invariant.triton_kernels import row_reduce
 
-    decoder = model.model.decoder
+    decoder = anatomy.decoder(model)
+    embedding = decoder.get_submodule(anatomy.EMBEDDING)
     pending: list[torch.Tensor] = []
 
     def take_logits(module, args, kwargs):
         logits = kwargs.get("self_conditioning_logits")
         if logits is None or kwargs.get("self_conditioning_mask") is not None:
             return None
-        weight = decoder.embed_tokens.weight
+        weight = embedding.weight
         if logits.is_cuda:  # bf16 of the float32 value: .to() rounds alike, so these are the decoder's bits
             probs = row_reduce(logits, "softmax", weight.dtype)
         else:
             probs = logits.softmax(dim=-1, dtype=torch.float32).to(weight.dtype)
         # torch.matmul as the decoder calls it: the invariant mode's matmul (a Triton kernel on CUDA)
-        pending.append(torch.matmul(probs, weight) * decoder.embed_tokens.embed_scale.to(weight.dtype))
+        pending.append(torch.matmul(probs, weight) * embedding.embed_scale.to(weight.dtype))
         return args, {**kwargs, "self_conditioning_logits": None}
 
     def give_signal(module, args):
@@ -87,7 +89,7 @@ def streamed_self_conditioning(model):
         return None
 
     handles = [decoder.register_forward_pre_hook(take_logits, with_kwargs=True),
-               decoder.self_conditioning.register_forward_pre_hook(give_signal)]
+               decoder.get_submodule(anatomy.SELF_CONDITIONING).register_forward_pre_hook(give_signal)]
     try:
         yield
     finally:
@@ -149,6 +151,7 @@ class FusedStep:
         self.observers = observers
         self.fallback = fallback  # transformers' own step, for configurations this one does not cover
         self.softcap = model.config.text_config.final_logit_softcapping
+        self.backbone, self.lm_head = model.get_submodule(anatomy.BACKBONE), anatomy.lm_head(model)
         self.graph_failures: list[str] = []
         self.replays = 0
         self._canvas_key = None  # (cache, mask mapping) of the canvas being denoised, and its passes so far
@@ -193,10 +196,10 @@ class FusedStep:
               **model_kwargs):
         from canvaslab.invariant.triton_kernels import vocab_sample
 
-        hidden = self.model.model(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
+        hidden = self.backbone(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
                                   decoder_attention_mask=mask_mapping, cache=cache,
                                   decoder_position_ids=decoder_position_ids, **model_kwargs).last_hidden_state
-        logits = self.model.lm_head(hidden)
+        logits = self.lm_head(hidden)
         return vocab_sample(logits, seeds, temperature, self.softcap, out=logits)
 
     @staticmethod
