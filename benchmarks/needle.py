@@ -20,7 +20,7 @@ import torch
 from canvaslab.environment import environment_fingerprint
 from canvaslab.generation import generate
 from canvaslab.io import write_json_atomic
-from canvaslab.models import load_model
+from canvaslab.models import anatomy, load_model
 
 NEEDLE = "the man said that the water in the river was cold"
 
@@ -46,11 +46,17 @@ def run(loaded, prompts, row, mode, steps):
     observer = NeedleRow(row)
     if loaded.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(loaded.device)
+    calls = []  # the decoder's forward calls: passes replayed from a CUDA graph make none
+    handle = anatomy.decoder(loaded.model).register_forward_hook(lambda *_: calls.append(1))
     start = time.perf_counter()
-    output = generate(loaded, prompts, mode=mode, observers=[observer], generation={"max_denoising_steps": steps})
+    try:
+        output = generate(loaded, prompts, mode=mode, observers=[observer], generation={"max_denoising_steps": steps})
+    finally:
+        handle.remove()
     seconds = time.perf_counter() - start
+    observer.replays = len(observer.passes) - len(calls)
     peak = torch.cuda.max_memory_allocated(loaded.device) / 2 ** 30 if loaded.device.type == "cuda" else None
-    return output.rows[row].tokens, observer.passes, seconds, peak
+    return output.rows[row].tokens, observer.passes, seconds, peak, observer.replays
 
 
 def same(a, b) -> bool:
@@ -77,9 +83,10 @@ def main() -> None:
 
 def needle_runs(loaded, batch_sizes, mode, steps, seed, out: Path) -> dict:
     needle = loaded.tokenizer(NEEDLE)["input_ids"]
-    tokens, passes, seconds, peak = run(loaded, [needle], 0, mode, steps)
+    tokens, passes, seconds, peak, replays = run(loaded, [needle], 0, mode, steps)
     result = {"environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source),
-              "mode": mode, "steps": steps, "alone": {"seconds": seconds, "peak_memory_gib": peak}, "runs": []}
+              "mode": mode, "steps": steps, "runs": [],
+              "alone": {"seconds": seconds, "peak_memory_gib": peak, "graph_replays": replays}}
     for batch in batch_sizes:
         others = fillers(batch - 1, loaded.model.config.text_config.vocab_size, seed + batch)
         row = random.Random(seed + batch).randrange(batch)
@@ -88,7 +95,7 @@ def needle_runs(loaded, batch_sizes, mode, steps, seed, out: Path) -> dict:
         try:
             batched = run(loaded, prompts, row, mode, steps)
             entry.update(identical=same((tokens, passes), batched[:2]), seconds=batched[2], peak_memory_gib=batched[3],
-                         passes=len(batched[1]))
+                         passes=len(batched[1]), graph_replays=batched[4])
         except torch.OutOfMemoryError as error:
             entry.update(identical=None, error=f"out of memory: {str(error).splitlines()[0]}")
             torch.cuda.empty_cache()

@@ -23,7 +23,7 @@ import torch
 from canvaslab.environment import environment_fingerprint
 from canvaslab.invariant import replaced_ops
 from canvaslab.io import write_json_atomic
-from canvaslab.models import load_model
+from canvaslab.models import anatomy, load_model
 from tracer_overhead import timed_generate  # benchmarks/ (the script's own folder is on sys.path)
 
 
@@ -42,11 +42,12 @@ def graphs_as_in(mode: str):
 
 @contextlib.contextmanager
 def decoder_passes(model):
-    """Counts the denoising passes generate actually ran in the block: the sampler's renoising, which every pass
-    calls outside the model (a decoder forward hook would miss passes replayed from a CUDA graph)."""
+    """Counts, in the block, the denoising passes generate ran (``[0]``: the sampler's renoising, which every
+    pass calls outside the model) and the decoder's forward calls (``[1]``: passes replayed from a CUDA graph
+    make none, so the difference is the number of replays)."""
     from canvaslab.generation.sampler import RowKeyedSampler
 
-    counter = [0]
+    counter = [0, 0]
     original = RowKeyedSampler.renoise_canvas
 
     def counted(self, *args, **kwargs):
@@ -54,10 +55,12 @@ def decoder_passes(model):
         return original(self, *args, **kwargs)
 
     RowKeyedSampler.renoise_canvas = counted
+    handle = anatomy.decoder(model).register_forward_hook(lambda *_: counter.__setitem__(1, counter[1] + 1))
     try:
         yield counter
     finally:
         RowKeyedSampler.renoise_canvas = original
+        handle.remove()
 
 
 def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: int) -> list[dict]:
@@ -70,6 +73,7 @@ def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: 
     prompt = loaded.tokenizer("the man said that the water in the river was cold")["input_ids"]
     seconds = {(mode, passes): [] for mode in modes for passes in (steps, 2 * steps)}
     passes_run = {key: set() for key in seconds}
+    replayed = {key: set() for key in seconds}
     peak_bytes = dict.fromkeys(modes, 0)
     cuda = loaded.device.type == "cuda"
     for attempt in range(repeats + 1):  # round 0 is a warm-up (Triton compiles, caches fill)
@@ -82,6 +86,7 @@ def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: 
             if cuda:
                 peak_bytes[mode] = max(peak_bytes[mode], torch.cuda.max_memory_allocated(loaded.device))
             passes_run[mode, passes].add(counter[0])
+            replayed[mode, passes].add(counter[0] - counter[1])
             if attempt:
                 seconds[mode, passes].append(elapsed)
     rows = []
@@ -97,6 +102,8 @@ def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: 
                      "seconds": short, "all_seconds": seconds[mode, steps],
                      "canvas_tokens_per_s": batch * 256 * steps / short,
                      "ms_per_row_step": 1000 * short / (batch * steps),
+                     "graph_replays": sorted(replayed[mode, steps]),
+                     "graph_replays_at_double_steps": sorted(replayed[mode, 2 * steps]),
                      "decoder_passes_at_double_steps": long_passes, "seconds_at_double_steps": long,
                      "all_seconds_at_double_steps": seconds[mode, 2 * steps],
                      "pass_canvas_tokens_per_s": batch * 256 / per_pass, "pass_ms_per_row_step": 1000 * per_pass / batch,
