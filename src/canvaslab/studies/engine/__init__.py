@@ -25,25 +25,26 @@ __all__ = ["EXECUTORS", "Outcome", "Study", "run_study"]
 
 def run_study(study: Study, folder: str | Path | None, *, executor: str = "local", retries: int = 0,
               progress: Progress | None = None, ray_address: str | None = None, workers: int | None = None,
-              fresh: bool = False, state: Any = None) -> tuple[dict[str, Any], Outcome]:
+              fresh: bool = False, state: Any = None, limit: int | None = None) -> tuple[dict[str, Any], Outcome]:
     """Run (or resume) ``study`` in ``folder``; returns its views' content and the outcome.
 
     ``folder`` None runs in a temporary folder (nothing kept). ``state``: an already prepared worker state
-    for the local executor (e.g. a model the caller loaded)."""
+    for the local executor (e.g. a model the caller loaded); ``limit``: run at most that many pending units."""
     if executor not in EXECUTORS:
         raise CanvaslabError(f"--executor {executor!r} must be one of {', '.join(EXECUTORS)}")
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="canvaslab-study-") as scratch:
             return run_study(study, scratch, executor=executor, retries=retries, progress=progress,
-                             ray_address=ray_address, workers=workers, state=state)
+                             ray_address=ray_address, workers=workers, state=state, limit=limit)
     folder = Path(folder)
     if fresh:
         start_fresh(folder)
     store = Store(folder, register(folder, study.name, study.plan()))
     if executor == "ray":
-        outcome = run_ray(study, store, retries=retries, progress=progress, address=ray_address, workers=workers)
+        outcome = run_ray(study, store, retries=retries, progress=progress, address=ray_address, workers=workers,
+                          limit=limit)
     else:
-        outcome = run_local(study, store, retries=retries, progress=progress, state=state)
+        outcome = run_local(study, store, retries=retries, progress=progress, state=state, limit=limit)
     stored = store.stored(study.units())
     views = study.write_views(folder, {u: s["record"] for u, s in stored.items()},
                               {u: s["worker"] for u, s in stored.items()})

@@ -86,17 +86,23 @@ class _Claims:
 class _Driver:
     """What both executors share: the pending groups, claims, storing, failures and progress."""
 
-    def __init__(self, study: Study, store: Store, retries: int, progress: Progress | None):
+    def __init__(self, study: Study, store: Store, retries: int, progress: Progress | None,
+                 limit: int | None = None):
         self.study, self.store, self.retries = study, store, retries
         self.units = study.units()
         self.notify = progress or (lambda done, total, doing: None)
         finished = set(store.records(self.units))
         self.outcome = Outcome(total=len(self.units), skipped=len(finished))
-        self.groups = [g for g in study.groups() if any(u not in finished for u in g)]
+        groups = study.groups()
+        # --limit N: only the first N pending units (in group order) run this time
+        self.allowed = [u for g in groups for u in g if u not in finished][:limit]
+        allowed = set(self.allowed)
+        self.groups = [g for g in groups if any(u in allowed for u in g)]
         self.claims = _Claims(store)
 
     def pending(self, group: list[str]) -> list[str]:
-        return [unit for unit in group if not self.store.has(unit)]
+        allowed = set(self.allowed)
+        return [unit for unit in group if unit in allowed and not self.store.has(unit)]
 
     def stored(self, unit: str, record: dict[str, Any], worker: dict[str, Any]) -> None:
         self.store.save(unit, record, worker)
@@ -112,9 +118,10 @@ class _Driver:
 
 
 def run_local(study: Study, store: Store, *, retries: int = 0, progress: Progress | None = None,
-              state: Any = None) -> Outcome:
-    """Run the pending units in this process; ``state`` is a prepared worker state (else prepared lazily)."""
-    driver = _Driver(study, store, retries, progress)
+              state: Any = None, limit: int | None = None) -> Outcome:
+    """Run the pending units in this process; ``state`` is a prepared worker state (else prepared lazily:
+    a model that cannot load is the command's error, not a unit's failure)."""
+    driver = _Driver(study, store, retries, progress, limit)
     prepared = [state]
     driver.notify(driver.outcome.done, driver.outcome.total, "")
     try:
@@ -134,11 +141,11 @@ def run_local(study: Study, store: Store, *, retries: int = 0, progress: Progres
 
 def _run_group_locally(driver: _Driver, prepared: list, group: list[str], todo: list[str]) -> None:
     remaining, attempts = list(todo), 0
+    if remaining and prepared[0] is None:
+        prepared[0] = driver.study.prepare()
     while remaining:
         driver.notify(driver.outcome.done, driver.outcome.total, ", ".join(remaining[:3]))
         try:
-            if prepared[0] is None:
-                prepared[0] = driver.study.prepare()
             worker = _worker_info(driver.study, prepared[0])
             for unit, record in driver.study.run_group(prepared[0], group, list(remaining)):
                 driver.stored(unit, record, worker)
@@ -195,7 +202,7 @@ def default_workers(ray) -> tuple[int, dict[str, float]]:
 
 
 def run_ray(study: Study, store: Store, *, retries: int = 0, progress: Progress | None = None,
-            address: str | None = None, workers: int | None = None) -> Outcome:
+            address: str | None = None, workers: int | None = None, limit: int | None = None) -> Outcome:
     """Run the pending groups on a pool of Ray actors; records come back here and are stored here."""
     ray = connect_ray(address)
     from ray.exceptions import RayActorError, RayTaskError
@@ -203,7 +210,7 @@ def run_ray(study: Study, store: Store, *, retries: int = 0, progress: Progress 
     count, resources = default_workers(ray)
     count = workers or count
     actor_class = ray.remote(**resources)(_RayWorker)
-    driver = _Driver(study, store, retries, progress)
+    driver = _Driver(study, store, retries, progress, limit)
     driver.notify(driver.outcome.done, driver.outcome.total, "")
     queue: deque = deque((group, 0) for group in driver.groups)
     idle = [actor_class.remote(study) for _ in range(min(count, max(1, len(queue))))]
