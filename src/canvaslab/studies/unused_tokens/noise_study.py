@@ -25,6 +25,7 @@ Nothing in it depends on when the run was interrupted, nor on which executor ran
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict
 from itertools import groupby
 from pathlib import Path
@@ -41,7 +42,8 @@ from canvaslab.io import write_json_atomic
 from canvaslab.models import LoadedModel, load_model
 from canvaslab.studies.unused_tokens.batch_safeguard import safeguard_entry, summarize_safeguard
 from canvaslab.studies.unused_tokens.conditions import Condition, base_noise, enumerate_conditions
-from canvaslab.studies.unused_tokens.plan import PLAN_FILE, NoisePlan, load_plan, plan_deviations
+from canvaslab.studies.engine.plan import start_fresh
+from canvaslab.studies.unused_tokens.plan import HASH_FILE, PLAN_FILE, NoisePlan, load_plan, plan_deviations
 from canvaslab.studies.unused_tokens.planted_observer import Observation, PlantedPositionObserver
 from canvaslab.studies.engine import Study, run_study
 from canvaslab.studies.unused_tokens.vocab_scan import find_unused_tokens
@@ -256,6 +258,11 @@ def run_noise_study(plan_dir: str | Path, loaded: LoadedModel | None = None, *, 
     plan_dir = Path(plan_dir)
     plan, plan_hash = load_plan(plan_dir)
     _refuse_old_results(plan_dir)
+    if engine.pop("fresh", False):  # start the registered plan over: the old folder is kept, its plan copied back
+        kept = start_fresh(plan_dir)
+        plan_dir.mkdir()
+        for name in (PLAN_FILE, HASH_FILE):
+            shutil.copy2(kept / name, plan_dir / name)
     if engine.get("executor", "local") == "local":
         loaded = loaded or load_plan_model(plan, device=device, dtype=dtype)
         check_model_matches_plan(loaded, plan)
