@@ -61,6 +61,7 @@ def batch_study(
     from canvaslab.studies.batch_size.design import check_row
     from canvaslab.studies.batch_size.study import BatchSizeStudy
     from canvaslab.studies.engine import run_study
+    from canvaslab.studies.engine.plan import check_registered
 
     engine = options.engine_options(executor, ray_address, workers, retries, fresh)
     sizes = options.parse_batch_sizes(batch_sizes)
@@ -70,6 +71,8 @@ def batch_study(
                                   seed=seed, generation=options.generation_overrides(steps, max_new_tokens),
                                   record_ops=record_ops, repeat_control=repeat_control, row=row)
     spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers, "seed": model_seed}
+    if not fresh:  # a folder holding another study is refused before the model loads
+        check_registered(out, BatchSizeStudy.name, BatchSizeStudy(spec, prompt_list, settings).plan())
     # Loaded here for the local executor, so a bad model is one line before anything runs; Ray workers load their own.
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed) if executor == "local" else None
     study = BatchSizeStudy(spec, prompt_list, settings, loaded=loaded)

@@ -41,12 +41,15 @@ def op_scan(
     from canvaslab.models import load_model
     from canvaslab.reports.op_scan import op_scan_table
     from canvaslab.studies.engine import run_study
+    from canvaslab.studies.engine.plan import check_registered
     from canvaslab.studies.op_scan import RESULT_FILE, OpScanStudy
 
     engine = options.engine_options(executor, ray_address, workers, retries, fresh)
     modes = ["stock", "invariant"] if mode == "both" else [mode]
     sizes = options.parse_batch_sizes(batch_sizes)
     spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers or 1, "seed": model_seed}
+    if not fresh:  # a folder holding another study is refused before the model loads
+        check_registered(out, OpScanStudy.name, OpScanStudy(spec, modes, sizes, seed).plan())
     loaded = load_model(model, dtype=dtype, device=device, layers=layers or 1, seed=model_seed) \
         if executor == "local" else None
     study = OpScanStudy(spec, modes, sizes, seed, loaded=loaded)

@@ -89,6 +89,30 @@ def start_fresh(folder: Path) -> Path | None:
     return kept
 
 
+def check_registered(folder: Path | None, study: str, plan: dict[str, Any]) -> bool:
+    """Refuse (one line) a plan other than the one registered in ``folder``; True if one is registered.
+
+    Commands call this before loading a model, so a mistaken rerun costs nothing."""
+    if folder is None:
+        return False
+    path = Path(folder) / STORE_DIR / PLAN_FILE
+    if not path.exists():
+        return False
+    registered = frozen(study, plan)
+    try:
+        old = read_json(path)
+    except (OSError, ValueError) as error:
+        raise CanvaslabError(f"{path} is damaged ({error}); use --fresh to start over "
+                             "(the folder is kept under a new name)") from None
+    where = first_difference(old, registered)
+    if where is not None:
+        raise CanvaslabError(
+            f"{folder} holds a study with another plan: {where} was {_short(_lookup(old, where))}, now "
+            f"{_short(_lookup(registered, where))}; rerun with the same choices, or --fresh to start over "
+            "(the old folder is kept under a new name)")
+    return True
+
+
 def register(folder: Path, study: str, plan: dict[str, Any]) -> str:
     """Write the plan before any unit runs, or check it against the one registered; returns its sha256.
 
@@ -96,23 +120,10 @@ def register(folder: Path, study: str, plan: dict[str, Any]) -> str:
     """
     registered = frozen(study, plan)
     digest = sha256_of(registered)
-    store = Path(folder) / STORE_DIR
-    path = store / PLAN_FILE
-    if path.exists():
-        try:
-            old = read_json(path)
-        except (OSError, ValueError) as error:
-            raise CanvaslabError(f"{path} is damaged ({error}); use --fresh to start over "
-                                 "(the folder is kept under a new name)") from None
-        where = first_difference(old, registered)
-        if where is not None:
-            raise CanvaslabError(
-                f"{folder} holds a study with another plan: {where} was {_short(_lookup(old, where))}, now "
-                f"{_short(_lookup(registered, where))}; rerun with the same choices, or --fresh to start over "
-                "(the old folder is kept under a new name)")
-        return digest
-    write_text_atomic(path, canonical_json(registered) + "\n")
-    write_text_atomic(store / HASH_FILE, f"{digest}  {PLAN_FILE}\n")
+    if not check_registered(folder, study, plan):
+        store = Path(folder) / STORE_DIR
+        write_text_atomic(store / PLAN_FILE, canonical_json(registered) + "\n")
+        write_text_atomic(store / HASH_FILE, f"{digest}  {PLAN_FILE}\n")
     return digest
 
 
