@@ -52,6 +52,7 @@ def batch_study(
     fresh: options.Fresh = False,
 ) -> None:
     """Does a row's generation depend on what shares its batch? Compare it byte for byte with B=1."""
+    engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
     from rich.console import Console
 
     from canvaslab.models import load_model
@@ -63,7 +64,6 @@ def batch_study(
     from canvaslab.studies.engine import run_study
     from canvaslab.studies.engine.plan import check_registered
 
-    engine = options.engine_options(executor, ray_address, workers, retries, fresh)
     sizes = options.parse_batch_sizes(batch_sizes)
     check_row(row, sizes, mode)
     prompt_list = resolve_prompts(prompts)

@@ -79,14 +79,14 @@ def run_command(
     fresh: Annotated[bool, typer.Option("--fresh", help="start the registered plan over: the folder's results are "
                                                         "kept under a new name (DIR.1, ...), the plan copied back")] = False,
 ) -> None:
-    """Run (or resume) a registered plan; writes results.jsonl and noise_study.json, prints the effects."""
+    """Run (or resume) a registered plan; stores every condition (DIR/store), writes noise_study.json, prints the effects."""
+    engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
     # Imported here: scipy (the statistics) takes about a second that other commands need not pay.
     from rich.console import Console
 
     from canvaslab.reports.noise_study import noise_study_table
     from canvaslab.studies.unused_tokens.noise_study import REPORT_FILE, run_noise_study
 
-    engine = options.engine_options(executor, ray_address, workers, retries, fresh)
     with study_progress("noise study", "conditions") as progress:
         report = run_noise_study(directory, device=device, dtype=dtype, batch_size=batch_size, mode=mode,
                                  limit=limit, progress=progress, **engine)

@@ -35,6 +35,7 @@ def op_scan(
     fresh: options.Fresh = False,
 ) -> None:
     """Run every batch-sensitive op at the model's real shapes over a grid of batch sizes."""
+    engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
     from rich.console import Console
 
     from canvaslab.cli.progress import progress as study_progress
@@ -44,7 +45,6 @@ def op_scan(
     from canvaslab.studies.engine.plan import check_registered
     from canvaslab.studies.op_scan import RESULT_FILE, OpScanStudy
 
-    engine = options.engine_options(executor, ray_address, workers, retries, fresh)
     modes = ["stock", "invariant"] if mode == "both" else [mode]
     sizes = options.parse_batch_sizes(batch_sizes)
     spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers or 1, "seed": model_seed}

@@ -1,7 +1,7 @@
 """``canvaslab order-study``: the commit-order study of seed 003 end to end (traces, measures, table).
 
 Generates every (probe, seed) pair of the chosen regimes with the commit tracer on, writes
-``DIR/traces.jsonl`` as it goes (a rerun with the same ``--out`` resumes), then ``DIR/order_metrics.json``
+each generation in ``DIR/store`` as it finishes (a rerun with the same ``--out`` resumes), then ``DIR/traces.jsonl``, ``DIR/order_metrics.json``
 and the regime table of ``canvaslab order-metrics``. ``--baseline PATH`` adds an autoregressive model's
 accuracy on the same probes (``DIR/baseline.json``, and a column of the table).
 """
@@ -69,7 +69,7 @@ def order_study(
     fresh: options.Fresh = False,
 ) -> None:
     """In what order does the sampler commit canvas positions, per regime, and does confidence predict correctness?"""
-    engine = options.engine_options(executor, ray_address, workers, retries, fresh)
+    engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
     baseline_path = _baseline_path(baseline)
     # Imported here: torch models, scipy and scikit-learn would slow every other canvaslab command.
     from rich.console import Console

@@ -35,7 +35,7 @@ def test_first_difference_names_the_first_differing_field():
     old = {"plan": {"a": 1, "b": {"c": [1, 2]}, "d": 0}}
     assert first_difference(old, old) is None
     assert first_difference(old, {"plan": {"a": 1, "b": {"c": [1, 3]}, "d": 1}}) == "plan.b.c[1]"
-    assert first_difference(old, {"plan": {"a": 1, "b": {"c": [1]}, "d": 0}}) == "plan.b.c (length 2 -> 1)"
+    assert first_difference(old, {"plan": {"a": 1, "b": {"c": [1]}, "d": 0}}) == "plan.b.c"
     assert first_difference(old, {"plan": {"a": 1, "b": {"c": [1, 2]}}}) == "plan.d"
 
 
@@ -149,3 +149,26 @@ def test_two_processes_on_one_folder_run_every_unit_exactly_once(tmp_path):
     assert len({json.loads(line)["pid"] for line in log.read_text().splitlines()}) == 2  # both did work
     assert len(_record_files(folder)) == 12
     assert json.loads((folder / "squares.json").read_text())["sum"] == sum(i * i for i in range(12))
+
+
+def test_export_writes_one_parquet_row_per_unit(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    from canvaslab.cli.main import main
+
+    run_study(Squares(n=3, fail={"u/1": -1}), tmp_path / "s")
+    main(["export", str(tmp_path / "s"), "--format", "parquet"])
+    assert "records.parquet" in capsys.readouterr().out
+    table = pq.read_table(tmp_path / "s" / "records.parquet").to_pylist()
+    assert [(row["unit"], row["record.square"], row["failed"]) for row in table] == [
+        ("u/0", 0, None), ("u/2", 4, None), ("u/1", None, "ValueError: planted failure of u/1")]
+    assert {row["study"] for row in table} == {"squares"} and json.loads(table[1]["record"])["index"] == 2
+
+
+def test_export_refuses_a_folder_without_a_store(tmp_path, capsys):
+    from canvaslab.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "no study store" in err and len(err.splitlines()) == 1

@@ -49,7 +49,7 @@ def first_difference(old: Any, new: Any, path: str = "") -> str | None:
             found = first_difference(a, b, f"{path}[{index}]")
             if found:
                 return found
-        return f"{path} (length {len(old)} -> {len(new)})" if len(old) != len(new) else None
+        return path if len(old) != len(new) else None  # one list is longer: name the list
     return None if old == new else (path or "(the plan)")
 
 
@@ -61,8 +61,8 @@ def _short(value: Any) -> str:
 def _lookup(value: Any, path: str) -> Any:
     """The value at a path ``first_difference`` returned (None where it is absent)."""
     for part in path.replace("[", ".[").split("."):
-        if not part or " (" in part:
-            break
+        if not part:
+            continue
         if part.startswith("["):
             value = value[int(part[1:-1])] if isinstance(value, list) else None
         else:
