@@ -30,6 +30,7 @@ def run(prompts: int, extra: list[str], folder: Path) -> dict:
     command = [sys.executable, "-m", "canvaslab.cli.main", "batch-study", "--prompts", str(prompts),
                "--batch-sizes", "1,2", "--steps", "2", "--repeat-control", "same-process", "--out", str(folder),
                *extra]
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
     wall = time.perf_counter() - started
@@ -38,7 +39,8 @@ def run(prompts: int, extra: list[str], folder: Path) -> dict:
     summary = json.loads((folder / "batch_study.json").read_text())["summary"]
     return {"command": " ".join(["canvaslab", *command[3:]]), "wall_s": round(wall, 1),
             "units_per_s": round(prompts / wall, 4), "summary": summary,
-            "final_line": done.stdout.strip().splitlines()[-1]}
+            "final_line": done.stdout.strip().splitlines()[-1],
+            "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}}
 
 
 def main() -> None:
@@ -59,7 +61,8 @@ def main() -> None:
         "units": f"{args.prompts} prompts (one unit each: B=1 reference and B=2, compared on one worker)",
         "results": results, "same_summary_everywhere": len(summaries) == 1,
         "cpu_cores": os.cpu_count(), "ray": ray.__version__,
-        "note": "a shared 2-core machine (other jobs ran beside it); each Ray worker gets 1 CPU and 1 torch thread",
+        "note": "a shared 2-core machine (other jobs ran beside it: see each run's load average); each Ray worker "
+                "gets 1 CPU and 1 torch thread, the local run 2 threads",
         "environment": environment_fingerprint(),
     })
 
