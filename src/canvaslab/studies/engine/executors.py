@@ -205,7 +205,7 @@ def run_ray(study: Study, store: Store, *, retries: int = 0, progress: Progress 
             address: str | None = None, workers: int | None = None, limit: int | None = None) -> Outcome:
     """Run the pending groups on a pool of Ray actors; records come back here and are stored here."""
     ray = connect_ray(address)
-    from ray.exceptions import RayActorError, RayTaskError
+    from ray.exceptions import RayActorError, RayError, RayTaskError
 
     count, resources = default_workers(ray)
     count = workers or count
@@ -239,8 +239,8 @@ def run_ray(study: Study, store: Store, *, retries: int = 0, progress: Progress 
             actor, group, todo, attempts = running.pop(ref)
             try:
                 records, worker = ray.get(ref)
-            except (RayTaskError, RayActorError) as error:
-                if isinstance(error, RayActorError):  # the worker died: replace it
+            except RayError as error:  # the group raised (RayTaskError) or its worker died
+                if isinstance(error, RayActorError):  # replace the dead worker
                     actor = actor_class.remote(study)
                 idle.append(actor)
                 cause = error.cause if isinstance(error, RayTaskError) and error.cause else error
