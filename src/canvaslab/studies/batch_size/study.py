@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from canvaslab.analysis.batch_size import batch_study_summary
 from canvaslab.capture import Capture, Recorder, compare_captures, detail
 from canvaslab.capture.canvas_path import CanvasPathRecorder, token_texts
 from canvaslab.capture.spread import positions_differing_per_pass
@@ -25,7 +26,7 @@ from canvaslab.generation import generate
 from canvaslab.invariant import replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.prompts import BUILTIN_PROMPTS, Prompt
-from canvaslab.studies.batch_size.design import batch_rows, check_row, common_classes, equivalence_classes
+from canvaslab.studies.batch_size.design import batch_rows, check_row
 from canvaslab.studies.batch_size.repeat_control import check_repeat_control, model_spec, run_repeat_control
 from canvaslab.studies.engine import Study, run_study
 
@@ -154,20 +155,6 @@ def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_siz
     }
 
 
-def summarize(runs: list[dict], classes: list[list[int]], repeat_identical: bool) -> dict[str, Any]:
-    return {
-        "runs": len(runs),
-        "diverged": sum(r["diverged"] for r in runs),
-        "text_changed": sum(r["text_changed"] for r in runs),
-        "stop_changed": sum(r["stop_changed"] for r in runs),
-        "passes_total": sum(r["passes_total"] for r in runs),
-        "passes_matching": sum(r["passes_matching"] for r in runs),
-        "bytes_compared": sum(r["bytes_compared"] for r in runs),
-        "equivalence_classes": classes,
-        "repeat_control_identical": repeat_identical,
-    }
-
-
 def model_plan(loaded) -> dict[str, Any]:
     """How a worker loads ``loaded`` again (``load_model``'s arguments), for the plan; an in-memory model
     (not reloadable: the local executor only) is named by its source."""
@@ -275,10 +262,8 @@ def batch_study_view(plan: dict[str, Any], records: dict[str, dict[str, Any]],
     """``batch_study.json`` from the stored prompt records alone (prompts in plan order)."""
     order = [p["prompt_id"] for p in plan["prompts"]]
     done = [records[pid] for pid in order if pid in records]
-    runs = [run for record in done for run in record["runs"]]
-    per_prompt = {r["prompt_id"]: equivalence_classes({int(b): s for b, s in r["signatures"].items()}) for r in done}
-    classes = common_classes(list(per_prompt.values()))
     repeat = records[order[0]]["repeat_control"] if order and order[0] in records else None
+    summary = batch_study_summary(done, repeat)
     model = plan["model"]
     first = done[0] if done else {}
     config = {"model": model.get("spec", model.get("source")), "dtype": model.get("dtype"),
@@ -292,10 +277,10 @@ def batch_study_view(plan: dict[str, Any], records: dict[str, dict[str, Any]],
         "study": "batch_size",
         "config": config,
         "environment": next((w["environment"] for w in workers.values() if "environment" in w), None),
-        "equivalence_classes_per_prompt": per_prompt,
-        "runs": runs,
+        "equivalence_classes_per_prompt": summary["equivalence_classes_per_prompt"],
+        "runs": summary["runs"],
         "repeat_control": repeat,
-        "summary": summarize(runs, classes, bool(repeat and repeat["identical"])),
+        "summary": summary["summary"],
         # Row 0's B=1 denoising path per prompt and the text of every token on a recorded path.
         "reference_canvas_paths": {r["prompt_id"]: r["reference_canvas_path"] for r in done},
         "canvas_token_text": dict(sorted(text.items(), key=lambda item: int(item[0]))),
