@@ -14,7 +14,7 @@ from canvaslab.environment import environment_fingerprint
 from canvaslab.invariant import generation_mode, replaced_ops
 from canvaslab.invariant.op_scan import case_signatures, op_cases
 from canvaslab.io import write_json_atomic
-from canvaslab.studies.batch_size.design import equivalence_classes
+from canvaslab.analysis.batch_classes import equivalence_classes
 from canvaslab.studies.engine import Study
 
 RESULT_FILE = "op_scan.json"

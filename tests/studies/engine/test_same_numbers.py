@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+from canvaslab.analysis.batch_classes import common_classes, equivalence_classes
+from canvaslab.analysis.batch_size import summarize
 from canvaslab.invariant.op_scan import scan_ops
 from canvaslab.io import _finite, _json_default
 from canvaslab.prompts import builtin_prompts
 from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
-from canvaslab.studies.batch_size.design import batch_rows, common_classes, equivalence_classes
-from canvaslab.studies.batch_size.study import _Runner, capture_signature, compare_run, model_plan, summarize
+from canvaslab.studies.batch_size.design import batch_rows
+from canvaslab.studies.batch_size.study import _Runner, capture_signature, compare_run, model_plan
 from canvaslab.studies.engine import run_study
 from canvaslab.studies.op_scan import OPS, OpScanStudy
 

@@ -9,12 +9,11 @@ listed with their error in ``failed`` and no record.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.io import atomic_writer
 from canvaslab.studies.engine.plan import registered_plan, sha256_of
 from canvaslab.studies.engine.store import Store
 
@@ -46,23 +45,13 @@ def store_rows(folder: Path) -> list[dict[str, Any]]:
 
 
 def export_parquet(folder: str | Path, path: str | Path) -> Path:
-    """Write ``folder``'s store to ``path`` (atomically: a temporary file, then a rename)."""
+    """Write ``folder``'s store to ``path`` (atomically, ``canvaslab.io.atomic_writer``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows = store_rows(Path(folder))
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    table = pa.Table.from_pylist(rows, schema=None) if rows else pa.table({c: [] for c in columns})
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table.select(columns) if rows else table, tmp)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    table = pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
+    with atomic_writer(path, binary=True) as handle:
+        pq.write_table(table, handle)
+    return Path(path)

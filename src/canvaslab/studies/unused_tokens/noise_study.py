@@ -40,12 +40,12 @@ from canvaslab.generation import generate
 from canvaslab.invariant import generation_mode, replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import LoadedModel, load_model
+from canvaslab.studies.engine import Study, run_study
+from canvaslab.studies.engine.plan import start_fresh
 from canvaslab.studies.unused_tokens.batch_safeguard import safeguard_entry, summarize_safeguard
 from canvaslab.studies.unused_tokens.conditions import Condition, base_noise, enumerate_conditions
-from canvaslab.studies.engine.plan import start_fresh
 from canvaslab.studies.unused_tokens.plan import HASH_FILE, PLAN_FILE, NoisePlan, load_plan, plan_deviations
 from canvaslab.studies.unused_tokens.planted_observer import Observation, PlantedPositionObserver
-from canvaslab.studies.engine import Study, run_study
 from canvaslab.studies.unused_tokens.vocab_scan import find_unused_tokens
 
 OLD_RESULTS_FILE = "results.jsonl"  # the results log before the study engine
