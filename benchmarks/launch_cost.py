@@ -22,7 +22,7 @@ from canvaslab.environment import environment_fingerprint
 from canvaslab.invariant import ops, triton_kernels
 from canvaslab.invariant.norms import fused_rms_norms
 from canvaslab.io import write_json_atomic
-from canvaslab.models import load_model
+from canvaslab.models import anatomy, load_model
 
 
 def per_call_us(fn, calls: int = 200) -> dict:
@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     loaded = load_model("real-shapes", device=args.device, layers=1)
-    layer = loaded.model.model.decoder.layers[0]
+    layer = anatomy.decoder_layers(loaded.model)[0]
     hidden = torch.randn(1, 256, loaded.model.config.text_config.hidden_size, device=args.device,
                          dtype=loaded.model.dtype)
     with torch.no_grad():

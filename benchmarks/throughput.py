@@ -19,7 +19,7 @@ from pathlib import Path
 from canvaslab.environment import environment_fingerprint
 from canvaslab.invariant import replaced_ops
 from canvaslab.io import write_json_atomic
-from canvaslab.models import load_model
+from canvaslab.models import anatomy, load_model
 from tracer_overhead import timed_generate  # benchmarks/ (the script's own folder is on sys.path)
 
 
@@ -27,7 +27,7 @@ from tracer_overhead import timed_generate  # benchmarks/ (the script's own fold
 def decoder_passes(model):
     """Counts the decoder's forward calls in the block: the denoising passes generate actually ran."""
     counter = [0]
-    handle = model.model.decoder.register_forward_hook(lambda *_: counter.__setitem__(0, counter[0] + 1))
+    handle = anatomy.decoder(model).register_forward_hook(lambda *_: counter.__setitem__(0, counter[0] + 1))
     try:
         yield counter
     finally:

@@ -1,13 +1,13 @@
 """canvaslab: run and study block-diffusion language models (DiffusionGemma first).
 
-The package is organised by the product's parts:
+The package is organised by the product's parts, each importing only the parts below it (README, Layout):
 
 - ``canvaslab.models``      presets, local checkpoints and config files -> a ready model + tokenizer
 - ``canvaslab.generation``  transformers' own generate loop, with per-row randomness
 - ``canvaslab.invariant``   stock / rowwise / invariant modes (``canvaslab.batch_invariant()``)
 - ``canvaslab.capture``     module/op capture of row 0 and byte-exact comparison against a reference
 - ``canvaslab.studies``     the studies (batch size, ...), each a function plus a CLI command
-- ``canvaslab.analysis``    measures computed from study outputs
+- ``canvaslab.analysis``    measures and tests computed from study outputs (no model needed)
 - ``canvaslab.reports``     rich tables and JSON output
 - ``canvaslab.cli``         the ``canvaslab`` command
 """

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
 
 
 def _json_default(value: Any) -> Any:
@@ -35,22 +36,35 @@ def _umask() -> int:
     return mask
 
 
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename."""
+@contextlib.contextmanager
+def atomic_writer(path: str | Path, *, binary: bool = False) -> Iterator[IO]:
+    """An open temporary file beside ``path``, renamed over it once the block ends without an error.
+
+    The one way canvaslab writes a result file (JSON, text, ``.npy``, Parquet, the corpus): a reader
+    sees the old file or the complete new one, never half of it. The data is fsynced before the rename,
+    and the file gets the mode ``open`` would give it (0666 less the umask), not mkstemp's private 0600.
+    On an error the temporary file is removed and ``path`` is left as it was.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; results are ordinary files
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (``atomic_writer``)."""
+    with atomic_writer(path) as handle:
+        handle.write(text)
+    return Path(path)
 
 
 def write_json_atomic(path: str | Path, payload: Any) -> Path:

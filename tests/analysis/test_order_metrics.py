@@ -21,7 +21,7 @@ from canvaslab.analysis.order_metrics import (
     measure_generation,
 )
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order.trace import AcceptCall, GenerationTrace, write_traces
+from canvaslab.capture.commit_trace import AcceptCall, GenerationTrace, write_traces
 
 
 def trace_from_commits(

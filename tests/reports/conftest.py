@@ -12,10 +12,10 @@ import hashlib
 import numpy as np
 import pytest
 
-from canvaslab.analysis.equivalence import paired_equivalence
+from canvaslab.analysis.tost import paired_equivalence
 from canvaslab.analysis.order_metrics import compute_order_metrics
 from canvaslab.io import write_json_atomic
-from canvaslab.studies.commit_order.trace import AcceptCall, GenerationTrace, write_traces
+from canvaslab.capture.commit_trace import AcceptCall, GenerationTrace, write_traces
 
 ENVIRONMENT = {"device": "synthetic CPU", "dtype": "float32", "torch": "2.13.0", "transformers": "5.23.0"}
 

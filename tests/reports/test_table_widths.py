@@ -10,6 +10,7 @@ from rich.console import Console
 from canvaslab.reports.batch_study import batch_study_table
 from canvaslab.reports.names import compact_location, compact_module_path
 from canvaslab.reports.order_metrics import order_metrics_tables
+from canvaslab.reports.vocab_scan import vocab_scan_table
 
 ROOT = Path(__file__).resolve().parents[2]
 H200_STUDY = ROOT / "benchmarks" / "results" / "h200_batch_study_real_shapes_6l_bf16.json"
@@ -68,12 +69,26 @@ def _regime(index: int) -> dict:
 
 def test_order_tables_fit_80_columns_without_wrapping_a_number():
     metrics = {"n_generations": 6000, "regimes": {name: _regime(i) for i, name in enumerate(REGIMES)},
-               "pooled_auroc": {"value": 0.6, "n": 6000, "simpson_prone": False}}
-    tables = order_metrics_tables(metrics, extra={"AR acc": ["0.50"] * len(REGIMES)})
+               "pooled_auroc": {"value": 0.6, "n": 6000, "simpson_prone": False},
+               "baseline": {"regimes": {name: {"accuracy": 0.5} for name in REGIMES}}}
+    tables = order_metrics_tables(metrics)
     lines = render(*tables)
     assert max(map(len, lines)) <= 80
     text = "\n".join(lines)
     headers = ("regime", "n", "tau_b", "tau16", "control", "tok/call", "same", "unacc", "calls", "H", "acc", "AUROC")
-    for value in (*headers, "[-0.456, -0.012]", "[-0.123, 0.999]", "123.4/256", "code_completion", "AR acc"):
+    for value in (*headers, "[-0.456, -0.012]", "[-0.123, 0.999]", "123.4/256", "code_completion", "AR acc", "0.50"):
         assert value in text  # nothing cropped, nothing wrapped
     assert len(order_metrics_tables(metrics, wide=True)) == 1
+
+
+def test_vocab_scan_table_fits_80_columns_and_shows_each_measure():
+    report = {"tokenizer": "gemma3", "vocab_size": 262144, "unused_count": 6241, "canvas_length": 256,
+              "unused_id_blocks": [[6, 99], [256000, 262143]], "expected_unused_per_canvas": 6.09,
+              "corpus": {"files": ["runs/corpus.txt"], "tokens_scanned": 12345678, "unused_occurrences_total": 3,
+                         "unused_occurrences": [{"token": "<unused0>", "id": 6, "count": 3}],
+                         "tokens_per_second": 543210.4}}
+    lines = render(vocab_scan_table(report))
+    assert max(map(len, lines)) <= 80
+    text = "\n".join(lines)
+    for value in ("262,144", "6,241", "6-99, 256000-262143", "6.09", "12,345,678", "<unused0> (id 6)", "543,210"):
+        assert value in text

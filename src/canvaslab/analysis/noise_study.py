@@ -4,7 +4,7 @@
 plan's outcome measures (position-level ones averaged over the condition's planted positions).
 ``noise_study_effects`` pairs the conditions of each matched cell (same prompt, seed, budget, count and
 position; different token class) and tests each difference of the plan's comparisons for equivalence
-(``canvaslab.analysis.equivalence``). ``conclusion`` applies the plan's decision rule to the primary
+(``canvaslab.analysis.tost``). ``conclusion`` applies the plan's decision rule to the primary
 outcome. The definitions are the plan's (``canvaslab.studies.unused_tokens.plan.OUTCOMES``).
 """
 
@@ -14,7 +14,7 @@ from collections import defaultdict
 from statistics import fmean
 from typing import Any
 
-from canvaslab.analysis.equivalence import paired_equivalence
+from canvaslab.analysis.tost import paired_equivalence
 
 
 def condition_outcomes(observation: dict[str, Any], baseline: dict[str, Any], budget: int) -> dict[str, float]:

@@ -27,7 +27,7 @@ from scipy.stats import kendalltau
 from sklearn.metrics import roc_auc_score
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order.trace import GenerationTrace, read_traces, record_problem
+from canvaslab.capture.commit_trace import GenerationTrace, read_traces, record_problem
 
 BLOCK_BINS: tuple[int, ...] = (4, 8, 16, 32, 64)
 CONTROL_BLOCK = 16

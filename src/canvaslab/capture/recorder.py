@@ -31,7 +31,6 @@ nothing of its own. Work for other rows' prompts in the B=1 prompt cache is not 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -39,6 +38,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from canvaslab.capture.digest import digest_rows, digest_tensor, fold, row_slice
+from canvaslab.models import anatomy
 
 # Numeric ops recorded between modules. Only ops whose row 0 depends on row 0 alone: no sorts over
 # flattened tokens, whose order mixes rows.
@@ -49,12 +49,8 @@ RECORDED_OPS = frozenset({
 # Reductions are row-local only along an explicit, non-batch dim; (dim argument position, default).
 REDUCTIONS = {"softmax": (1, None), "log_softmax": (1, None), "logsumexp": (1, None), "sum": (1, None),
               "mean": (1, None), "argmax": (1, None), "topk": (2, -1)}
-# Decoder layer outputs keep one digest per canvas position: how far a difference has spread.
-DECODER_LAYER = re.compile(r"(^|\.)decoder\.layers\.(\d+)$")
 # The decoder's inputs handed on from the previous pass: keyword argument -> record name.
 CARRIED_INPUTS = {"decoder_input_ids": "carried.canvas", "self_conditioning_logits": "carried.self_conditioning_logits"}
-# Modules whose internals reorder tokens across rows (expert dispatch): recorded as a whole only.
-OPAQUE_MODULE_SUFFIXES = ("Experts",)
 
 
 @dataclass(frozen=True)
@@ -215,8 +211,10 @@ class Recorder:
         self._handles: list[Any] = []
         self._op_mode = _OpRecorder(self)
         self._names = {module: name or "model" for name, module in model.named_modules()}
-        self._encoder = model.model.encoder
-        self._decoder = model.model.decoder
+        self._encoder = anatomy.encoder(model)
+        self._decoder = anatomy.decoder(model)
+        # The experts reorder tokens across rows (expert dispatch): recorded as a whole only.
+        self._opaque = anatomy.EXPERTS_CLASS
 
     # -- bookkeeping -------------------------------------------------------------------------------
     def current_module(self) -> str:
@@ -286,7 +284,9 @@ class Recorder:
             input_digests = tuple(digest_tensor(self._studied(t, name, i)) for i, t in enumerate(inputs))
         rows = [digest_rows(self._studied(t, name)) for t in tensors_in([output])]
         combined = sum(fold(r) * (2 * i + 1) for i, r in enumerate(rows))
-        spread = kind == "module" and row.dim() == 3 and row.shape[0] == 1 and DECODER_LAYER.search(name)
+        # Decoder layer outputs keep one digest per canvas position: how far a difference has spread.
+        spread = (kind == "module" and row.dim() == 3 and row.shape[0] == 1
+                  and anatomy.decoder_layer_index(name) is not None)
         occurrence = self._occurrences.get(name, 0)
         self._occurrences[name] = occurrence + 1
         record = CallRecord(kind, name, self._pass, self._position, occurrence, tuple(input_digests), combined,
@@ -336,11 +336,11 @@ class Recorder:
             self._busy = True
             module._canvaslab_inputs = tuple(digest_tensor(self._studied(t, name, i)) for i, t in enumerate(inputs))
             self._busy = False
-        if type(module).__name__.endswith(OPAQUE_MODULE_SUFFIXES):
+        if isinstance(module, self._opaque):
             self._opaque_depth += 1
 
     def _post_hook(self, module, args, kwargs, output):
-        if type(module).__name__.endswith(OPAQUE_MODULE_SUFFIXES):
+        if isinstance(module, self._opaque):
             self._opaque_depth -= 1
         name = self._stack.pop()
         inside_opaque = self._opaque_depth > 0

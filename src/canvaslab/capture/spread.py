@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from canvaslab.capture.recorder import DECODER_LAYER, Capture
+from canvaslab.capture.recorder import Capture
+from canvaslab.models import anatomy
 
 
 def positions_differing_per_pass(reference: Capture, run: Capture) -> list[dict[str, Any]]:
@@ -25,12 +26,12 @@ def positions_differing_per_pass(reference: Capture, run: Capture) -> list[dict[
         layers: dict[str, int | None] = {}
         width = None
         for record in group:
-            match = DECODER_LAYER.search(record.name)
-            if record.kind != "module" or not match or not record.positions:
+            layer = anatomy.decoder_layer_index(record.name)
+            if record.kind != "module" or layer is None or not record.positions:
                 continue
             other = matched.get(record.key)
             width = len(record.positions)
-            layers[f"layer {match.group(2)}"] = (
+            layers[f"layer {layer}"] = (
                 None if other is None or not other.positions or len(other.positions) != width
                 else sum(a != b for a, b in zip(record.positions, other.positions)))
         passes.append({"pass": key.label(), "canvas": key.canvas, "step": key.step,

@@ -41,7 +41,7 @@ def order_metrics_command(
     metrics = compute_order_metrics(traces, n_bootstrap=bootstrap, seed=seed)
     written = [write_json_atomic(out / RESULT_NAME, metrics)]
     if parquet and traces.resolve() != (out / PARQUET_NAME).resolve():
-        from canvaslab.studies.commit_order.trace import export_parquet, read_traces
+        from canvaslab.capture.commit_trace import export_parquet, read_traces
 
         written.append(export_parquet(read_traces(traces), out / PARQUET_NAME))
     console = Console()

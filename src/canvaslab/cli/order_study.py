@@ -19,7 +19,6 @@ from canvaslab.cli.app import app
 from canvaslab.cli.progress import progress as study_progress
 from canvaslab.errors import CanvaslabError
 
-BASELINE_COLUMN = "AR acc"
 # canvaslab.studies.commit_order.probes.probe's REGIMES and SPLITS (held equal by tests/cli): spelled out
 # here so that checking --regimes imports nothing.
 REGIMES = ("math", "code_completion", "code_synthesis", "factual", "open_ended", "json")
@@ -138,18 +137,8 @@ def _print_results(console, metrics: dict[str, Any], out: Path, parquet: bool, w
     from canvaslab.studies.commit_order.baseline import BASELINE_FILE
     from canvaslab.studies.commit_order.study import METRICS_FILE, PARQUET_FILE, TRACES_FILE
 
-    extra = {}
-    if "baseline" in metrics:
-        regimes = metrics["baseline"]["regimes"]
-        extra[BASELINE_COLUMN] = [_accuracy_cell(regimes.get(name)) for name in metrics["regimes"]]
-    for table in order_metrics_tables(metrics, wide=wide, extra=extra):
+    for table in order_metrics_tables(metrics, wide=wide):
         console.print(table)
     written = [TRACES_FILE, METRICS_FILE, *([PARQUET_FILE] if parquet else []),
                *([BASELINE_FILE] if "baseline" in metrics else [])]
     console.print(f"wrote {', '.join(str(out / name) for name in written)}", highlight=False)
-
-
-def _accuracy_cell(summary: Optional[dict[str, Any]]) -> str:
-    if summary is None or summary["accuracy"] is None:
-        return "-"
-    return f"{summary['accuracy']:.2f}"

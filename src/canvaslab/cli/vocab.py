@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from canvaslab.cli import options
 from canvaslab.cli.app import app
@@ -26,32 +24,6 @@ def _check_corpus_files(paths: list[Path]) -> None:
             raise CanvaslabError(f"--corpus {path}: no such file (build one with `canvaslab assets corpus --out FILE`)")
 
 
-def _blocks_text(blocks: list[list[int]]) -> str:
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in blocks)
-
-
-def render_report(report: dict, console: Console) -> None:
-    """Print the scan as one rich table."""
-    table = Table(title=f"vocabulary scan: {report['tokenizer']}", show_header=False)
-    table.add_column("measure", style="bold")
-    table.add_column("value")
-    table.add_row("vocabulary size", f"{report['vocab_size']:,}")
-    table.add_row("<unusedN> tokens", f"{report['unused_count']:,}")
-    table.add_row("id blocks", _blocks_text(report["unused_id_blocks"]) or "-")
-    table.add_row(
-        f"expected per canvas of {report['canvas_length']}", f"{report['expected_unused_per_canvas']:.2f}"
-    )
-    corpus = report["corpus"]
-    if corpus is not None:
-        table.add_row("corpus files", "\n".join(corpus["files"]))
-        table.add_row("tokens scanned", f"{corpus['tokens_scanned']:,}")
-        table.add_row("unused occurrences", f"{corpus['unused_occurrences_total']:,}")
-        for entry in corpus["unused_occurrences"][:10]:
-            table.add_row(f"  {entry['token']} (id {entry['id']})", f"{entry['count']:,}")
-        table.add_row("tokens / second", f"{corpus['tokens_per_second']:,.0f}")
-    console.print(table)
-
-
 @app.command("vocab-scan")
 def vocab_scan(
     tokenizer: Annotated[str, typer.Option(
@@ -65,7 +37,10 @@ def vocab_scan(
                                                       help="canvaslab cache root, for the gemma3 preset")] = None,
 ) -> None:
     """Find the <unusedN> tokens, the expected count per random canvas, and (with --corpus) their frequency."""
+    from rich.console import Console
+
     from canvaslab.io import write_json_atomic
+    from canvaslab.reports.vocab_scan import vocab_scan_table
     from canvaslab.studies.unused_tokens import resolve_tokenizer, save_token_counts, scan_corpus, scan_report
 
     _check_corpus_files(corpus)
@@ -76,5 +51,5 @@ def vocab_scan(
         report["corpus"]["token_counts_file"] = str(save_token_counts(out / COUNTS_FILE, scan.token_counts))
     write_json_atomic(out / REPORT_FILE, report)
     console = Console()
-    render_report(report, console)
+    console.print(vocab_scan_table(report))
     console.print(f"wrote {out / REPORT_FILE}")

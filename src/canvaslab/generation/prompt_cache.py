@@ -14,6 +14,7 @@ import torch
 from transformers import DynamicCache
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.models import anatomy
 
 
 @torch.no_grad()
@@ -21,7 +22,7 @@ def _encode_alone(model, prompt_ids: Sequence[int]) -> DynamicCache:
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     ids = torch.tensor([list(prompt_ids)], device=model.device)
     positions = torch.arange(ids.shape[1], device=model.device)[None]
-    model.model.encoder(input_ids=ids, cache=cache, position_ids=positions)
+    anatomy.encoder(model)(input_ids=ids, cache=cache, position_ids=positions)
     return cache
 
 

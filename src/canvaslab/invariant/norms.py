@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 
 from torch import nn
-from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaRMSNorm
+
+from canvaslab.models import anatomy
 
 
-def _fused_forward(module: DiffusionGemmaRMSNorm):
+def _fused_forward(module: nn.Module):
     from canvaslab.invariant.triton_kernels import rms_norm  # lazily: CPU-only installs need no Triton
 
     weight, eps = (module.weight if module.with_scale else None), module.eps  # looked up once, not per call
@@ -29,7 +30,7 @@ def _fused_forward(module: DiffusionGemmaRMSNorm):
 @contextlib.contextmanager
 def fused_rms_norms(model: nn.Module):
     """Every DiffusionGemma RMSNorm of ``model`` computed by the fused kernel for the block."""
-    norms = [module for module in model.modules() if isinstance(module, DiffusionGemmaRMSNorm)]
+    norms = [module for module in model.modules() if isinstance(module, anatomy.RMS_NORM_CLASS)]
     for module in norms:
         module.forward = _fused_forward(module)
     try:

@@ -14,9 +14,10 @@ from typing import Callable
 import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from canvaslab.analysis.batch_classes import equivalence_classes
 from canvaslab.capture.digest import digest
 from canvaslab.invariant import generation_mode
-from canvaslab.studies.batch_size.design import equivalence_classes
+from canvaslab.models import anatomy
 
 PROMPT_TOKENS = 64
 
@@ -44,8 +45,8 @@ def op_cases(model) -> list[OpCase]:
     text = model.config.text_config
     canvas, hidden, vocab = model.config.canvas_length, text.hidden_size, text.vocab_size
     device, dtype = model.device, model.dtype
-    decoder, layer = model.model.decoder, model.model.decoder.layers[0]
-    attn, encoder_attn = layer.self_attn, model.model.encoder.language_model.layers[0].self_attn
+    layer, encoder_layer = anatomy.decoder_layers(model)[0], anatomy.encoder_layers(model)[0]
+    attn, encoder_attn = layer.self_attn, encoder_layer.self_attn
     cases = [
         _linear_case("encoder k_proj, last prompt token", encoder_attn.k_proj, 1, device, dtype),
         _linear_case("encoder k_proj, prompt", encoder_attn.k_proj, PROMPT_TOKENS, device, dtype),
@@ -53,10 +54,10 @@ def op_cases(model) -> list[OpCase]:
         *[_linear_case(f"decoder mlp.{n}", getattr(layer.mlp, n), canvas, device, dtype)
           for n in ("gate_proj", "down_proj")],
         _linear_case("decoder router.proj", layer.router.proj, canvas, device, dtype),
-        _linear_case("lm_head", model.lm_head, canvas, device, dtype),
+        _linear_case("lm_head", anatomy.lm_head(model), canvas, device, dtype),
         OpCase("self-conditioning matmul", f"({canvas}, {vocab}) x ({vocab}, {hidden})",
                lambda b, g: _randn((b, canvas, vocab), g, device, torch.float32),
-               lambda x, b: torch.matmul(x[:b].softmax(-1, dtype=torch.float32).to(dtype), decoder.embed_tokens.weight)),
+               lambda x, b: torch.matmul(x[:b].softmax(-1, dtype=torch.float32).to(dtype), anatomy.self_conditioning_embedding(model))),
         OpCase("softmax fp32 over vocab", f"({canvas}, {vocab})", lambda b, g: _randn((b, canvas, vocab), g, device, torch.float32),
                lambda x, b: torch.softmax(x[:b], dim=-1, dtype=torch.float32)),
         OpCase("sampler entropy (logsumexp)", f"({canvas}, {vocab})", lambda b, g: _randn((b, canvas, vocab), g, device, torch.float32),

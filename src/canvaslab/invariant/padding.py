@@ -13,6 +13,8 @@ import contextlib
 
 import torch
 
+from canvaslab.models import anatomy
+
 
 def _shift(pad: torch.Tensor):
     def hook(module, args):
@@ -31,7 +33,7 @@ def per_row_positions(model, attention_mask: torch.Tensor):
     if not bool((pad > 0).any()):
         yield
         return
-    rotaries = [model.model.encoder.language_model.rotary_emb, model.model.decoder.rotary_emb]
+    rotaries = anatomy.rotary_embeddings(model)
     handles = [rotary.register_forward_pre_hook(_shift(pad)) for rotary in rotaries]
     try:
         yield

@@ -13,6 +13,8 @@ import torch
 from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
+from canvaslab.models import anatomy
+
 
 class _RowwiseSelfConditioning(TorchFunctionMode):
     """``torch.matmul(probs, embedding_weight)`` one batch row at a time."""
@@ -38,12 +40,12 @@ def _rowwise_linear(module, rows_per_sequence: int):
 @contextlib.contextmanager
 def rowwise(model):
     """Apply the seeds' two row-by-row computations to ``model`` for the duration of the block."""
-    routers = [layer.router.proj for layer in model.model.decoder.layers]
+    routers = anatomy.decoder_router_projections(model)
     canvas = model.config.canvas_length
     for proj in routers:
         proj.forward = _rowwise_linear(proj, canvas)
     try:
-        with _RowwiseSelfConditioning(model.model.decoder.embed_tokens.weight):
+        with _RowwiseSelfConditioning(anatomy.self_conditioning_embedding(model)):
             yield
     finally:
         for proj in routers:

@@ -1,24 +1,33 @@
 """Compact names for terminal tables: DiffusionGemma's module paths and pass labels, shortened the same
-way in every table so that the tables fit 80 columns. The JSON results keep the full names."""
+way in every table so that the tables fit 80 columns (the parts' names come from
+``canvaslab.models.anatomy``). The JSON results keep the full names."""
 
 from __future__ import annotations
 
 import re
 
+from canvaslab.models import anatomy
+
+
+def _component(name: str, short: str) -> tuple[str, str]:
+    """Rename ``name`` where it is a whole path component (or ends before the op separator)."""
+    return rf"(^|\.){re.escape(name)}(?=\.|$|::)", rf"\1{short}"
+
+
 # Applied in order; each a whole path component (or the op separator), so names stay unambiguous.
 _PATH_PARTS = (
-    (r"^model\.encoder\.language_model\.", "enc."),
-    (r"^model\.encoder\.", "enc."),
-    (r"^model\.decoder\.", "dec."),
-    (r"^model\.", ""),
-    (r"(^|\.)layers\.(\d+)(?=\.|$|::)", r"\1L\2"),
-    (r"(^|\.)self_attn(?=\.|$|::)", r"\1attn"),
-    (r"(^|\.)input_layernorm(?=\.|$|::)", r"\1in_ln"),
-    (r"(^|\.)post_attention_layernorm(?=\.|$|::)", r"\1post_attn_ln"),
-    (r"(^|\.)pre_feedforward_layernorm(?=\.|$|::)", r"\1pre_ffn_ln"),
-    (r"(^|\.)post_feedforward_layernorm(?=\.|$|::)", r"\1post_ffn_ln"),
-    (r"(^|\.)self_conditioning(?=\.|$|::)", r"\1selfcond"),
-    (r"(^|\.)rotary_emb(?=\.|$|::)", r"\1rope"),
+    (rf"^{re.escape(anatomy.ENCODER_TEXT)}\.", "enc."),
+    (rf"^{re.escape(anatomy.ENCODER)}\.", "enc."),
+    (rf"^{re.escape(anatomy.DECODER)}\.", "dec."),
+    (rf"^{re.escape(anatomy.BACKBONE)}\.", ""),
+    (rf"(^|\.){re.escape(anatomy.LAYERS)}\.(\d+)(?=\.|$|::)", r"\1L\2"),
+    _component(anatomy.ATTENTION, "attn"),
+    _component(anatomy.INPUT_NORM, "in_ln"),
+    _component(anatomy.POST_ATTENTION_NORM, "post_attn_ln"),
+    _component(anatomy.PRE_FEEDFORWARD_NORM, "pre_ffn_ln"),
+    _component(anatomy.POST_FEEDFORWARD_NORM, "post_ffn_ln"),
+    _component(anatomy.SELF_CONDITIONING, "selfcond"),
+    _component(anatomy.ROTARY, "rope"),
     (r"::", ":"),
 )
 

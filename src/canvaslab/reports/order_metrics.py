@@ -14,18 +14,32 @@ from rich.table import Table
 
 ORDER_COLUMNS = ("regime", "n", "tau_b", "tau16", "control", "tok/call", "same", "unacc")
 CONFIDENCE_COLUMNS = ("regime", "calls", "H", "acc", "AUROC")
+BASELINE_COLUMN = "AR acc"  # the autoregressive baseline's accuracy (``order-study --baseline``)
 
 
-def order_metrics_tables(metrics: dict[str, Any], wide: bool = False,
-                         extra: Mapping[str, Sequence[str]] | None = None) -> list[Table]:
-    """The regime tables; ``extra`` adds columns (header -> one cell per regime) to the last table."""
+def order_metrics_tables(metrics: dict[str, Any], wide: bool = False) -> list[Table]:
+    """The regime tables; with a scored baseline (``metrics["baseline"]``) the last one adds its accuracy."""
     cells = {regime: _cells(regime, summary) for regime, summary in metrics["regimes"].items()}
     title = f"commit order: {metrics['n_generations']} generations, 95% prompt-clustered CIs"
-    extra = dict(extra or {})
+    extra = _baseline_column(metrics)
     if wide:
         return [_table(title, cells, ORDER_COLUMNS + CONFIDENCE_COLUMNS[1:], extra)]
     return [_table(title, cells, ORDER_COLUMNS, {}),
             _table("confidence vs correctness, per regime", cells, CONFIDENCE_COLUMNS, extra)]
+
+
+def _baseline_column(metrics: dict[str, Any]) -> dict[str, list[str]]:
+    """The autoregressive baseline's accuracy per regime, as one extra column (none without a baseline)."""
+    if "baseline" not in metrics:
+        return {}
+    regimes = metrics["baseline"]["regimes"]
+    return {BASELINE_COLUMN: [_accuracy_cell(regimes.get(name)) for name in metrics["regimes"]]}
+
+
+def _accuracy_cell(summary: dict[str, Any] | None) -> str:
+    if summary is None or summary["accuracy"] is None:
+        return "-"
+    return f"{summary['accuracy']:.2f}"
 
 
 def _table(title: str, cells: dict[str, dict[str, str]], columns: Sequence[str],

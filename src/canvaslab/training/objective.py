@@ -34,6 +34,8 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, grouped_mm_experts_forward
 
+from canvaslab.models import anatomy
+
 
 @dataclass(frozen=True)
 class NoiseSchedule:
@@ -82,8 +84,8 @@ def encode_prefix(model, batch: DiffusionBatch) -> DynamicCache:
     """Run the encoder over prompt + earlier canvases into a fresh cache (with gradients)."""
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     positions = torch.arange(batch.encoder_ids.shape[1], device=batch.encoder_ids.device)[None]
-    model.model.encoder(input_ids=batch.encoder_ids, attention_mask=batch.encoder_mask, cache=cache,
-                        position_ids=positions)
+    anatomy.encoder(model)(input_ids=batch.encoder_ids, attention_mask=batch.encoder_mask, cache=cache,
+                           position_ids=positions)
     return cache
 
 
@@ -112,7 +114,7 @@ def diffusion_loss(model, batch: DiffusionBatch, schedule: NoiseSchedule, genera
             rows, 1, 1, generator=generator, device=device)
         with torch.no_grad():
             previous = _decoder_logits(model, cache, batch, earlier) / temperature
-        embed_dtype = model.model.decoder.embed_tokens.weight.dtype
+        embed_dtype = anatomy.self_conditioning_embedding(model).dtype
         self_conditioning = {"self_conditioning_logits": previous.to(embed_dtype), "self_conditioning_mask": use_sc}
     logits = _decoder_logits(model, cache, batch, noisy, **self_conditioning)
     return weighted_canvas_loss(logits, batch.canvas, noised, schedule, metrics)

@@ -24,7 +24,7 @@ from canvaslab.studies.commit_order.study import (
     plan_generations,
     run_order_study,
 )
-from canvaslab.studies.commit_order.trace import TruncatedTraceWarning, read_traces
+from canvaslab.capture.commit_trace import TruncatedTraceWarning, read_traces
 
 GENERATION = {"max_denoising_steps": 3}
 SEEDS = [0, 1]

@@ -14,7 +14,7 @@ from typing import Any
 
 from canvaslab.analysis.order_metrics import measure_generation
 from canvaslab.io import read_json
-from canvaslab.studies.commit_order.trace import GenerationTrace, read_traces
+from canvaslab.capture.commit_trace import GenerationTrace, read_traces
 
 STUDY = "commit_order"
 FILE = "order_metrics.json"

@@ -1,4 +1,5 @@
-"""Which rows share the studied prompt's batch, and how batch sizes group into agreeing classes."""
+"""Which rows share the studied prompt's batch (how batch sizes group into agreeing classes is
+``canvaslab.analysis.batch_classes``)."""
 
 from __future__ import annotations
 
@@ -32,26 +33,3 @@ def batch_rows(studied: Sequence[int], others: Sequence[Sequence[int]], batch_si
     rest = [list(others[i % len(others)]) for i in range(batch_size - 1)]
     at = row if batch_size > 1 else 0
     return rest[:at] + [list(studied)] + rest[at:]
-
-
-def equivalence_classes(signatures: dict[int, str]) -> list[list[int]]:
-    """Group batch sizes whose runs were identical in every recorded byte."""
-    classes: dict[str, list[int]] = {}
-    for size in sorted(signatures):
-        classes.setdefault(signatures[size], []).append(size)
-    return sorted(classes.values())
-
-
-def common_classes(per_prompt: list[list[list[int]]]) -> list[list[int]]:
-    """Batch sizes agree study-wide when they agree for every prompt (the meet of the partitions)."""
-    if not per_prompt:
-        return []
-    membership: dict[int, tuple[int, ...]] = {}
-    for classes in per_prompt:
-        for index, group in enumerate(classes):
-            for size in group:
-                membership[size] = membership.get(size, ()) + (index,)
-    grouped: dict[tuple[int, ...], list[int]] = {}
-    for size in sorted(membership):
-        grouped.setdefault(membership[size], []).append(size)
-    return sorted(grouped.values())

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from canvaslab.analysis.batch_classes import common_classes, equivalence_classes
 from canvaslab.capture import Capture, Recorder, compare_captures, detail
 from canvaslab.capture.canvas_path import CanvasPathRecorder, token_texts
 from canvaslab.capture.spread import positions_differing_per_pass
@@ -26,7 +27,7 @@ from canvaslab.generation import generate
 from canvaslab.invariant import replaced_ops
 from canvaslab.io import read_json, write_json_atomic
 from canvaslab.prompts import BUILTIN_PROMPTS, Prompt
-from canvaslab.studies.batch_size.design import batch_rows, check_row, common_classes, equivalence_classes
+from canvaslab.studies.batch_size.design import batch_rows, check_row
 from canvaslab.studies.batch_size.repeat_control import check_repeat_control, run_repeat_control
 
 RESULT_FILE = "batch_study.json"

@@ -38,7 +38,7 @@ from canvaslab.io import write_json_atomic
 from canvaslab.studies.commit_order.probes import CODE_REGIMES, Probe
 from canvaslab.studies.commit_order.prompting import encode_prompt, uses_chat_template
 from canvaslab.studies.commit_order.sandbox import require_isolation
-from canvaslab.studies.commit_order.trace import GenerationTrace, append_trace, export_parquet, read_traces
+from canvaslab.capture.commit_trace import GenerationTrace, append_trace, export_parquet, read_traces
 from canvaslab.studies.commit_order.tracer import CommitTracer, ensure_traceable, generation_id
 
 TRACES_FILE = "traces.jsonl"

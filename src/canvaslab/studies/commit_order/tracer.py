@@ -38,7 +38,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.generation.runner import RowResult
 from canvaslab.models.loading import compiles_generate
 from canvaslab.studies.commit_order.probes import Probe, score
-from canvaslab.studies.commit_order.trace import AcceptCall, GenerationTrace
+from canvaslab.capture.commit_trace import AcceptCall, GenerationTrace
 
 Scorer = Callable[[Probe, str], "bool | None"]
 

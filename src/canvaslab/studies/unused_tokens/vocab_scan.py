@@ -18,9 +18,7 @@ counts nothing.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.io import atomic_writer
 from canvaslab.studies.unused_tokens.text_stream import DEFAULT_CHUNK_BYTES, iter_line_batches
 
 UNUSED_TOKEN_PATTERN = re.compile(r"^<unused\d+>$")
@@ -138,17 +137,9 @@ def scan_corpus(
 
 def save_token_counts(path: str | Path, counts: np.ndarray) -> Path:
     """Write the per-id counts as ``.npy``, atomically (the noise study reads them for its rare-token control)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.save(handle, np.asarray(counts, dtype=np.int64))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    with atomic_writer(path, binary=True) as handle:
+        np.save(handle, np.asarray(counts, dtype=np.int64))
+    return Path(path)
 
 
 def load_token_counts(path: str | Path) -> np.ndarray:

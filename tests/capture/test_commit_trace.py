@@ -8,8 +8,7 @@ import warnings
 import jsonschema
 import pytest
 
-from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order.trace import (
+from canvaslab.capture.commit_trace import (
     TRACE_SCHEMA,
     AcceptCall,
     GenerationTrace,
@@ -20,6 +19,7 @@ from canvaslab.studies.commit_order.trace import (
     record_problem,
     write_traces,
 )
+from canvaslab.errors import CanvaslabError
 
 
 def make_trace(index: int = 0, width: int = 6, **changes) -> GenerationTrace:

@@ -3,7 +3,8 @@
 A trace records what ``EntropyBoundSampler.accept_canvas`` did on every call of one generation: the
 positions it held accepted after the call and the entropy of the logits each position was given. The
 measures (``canvaslab.analysis.order_metrics``) need nothing else, so they work on any file in this
-format, whoever wrote it.
+format, whoever wrote it. The format sits in ``capture`` (below ``analysis`` and ``studies``) so that
+the tracer (``canvaslab.studies.commit_order.tracer``) and the measures both import it.
 
 Writing is append-only and crash-safe: ``append_trace`` writes one fsynced line per generation, so an
 interrupted run loses at most the line it was writing. That cut-short last line is dropped on read with
@@ -16,8 +17,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import append_line, write_text_atomic
+from canvaslab.io import append_line, atomic_writer, write_text_atomic
 
 TRACE_FIELDS: tuple[str, ...] = (
     "generation_id", "regime", "prompt_id", "seed", "budget", "content", "calls", "correct",
@@ -387,15 +386,8 @@ def export_parquet(traces: Iterable[GenerationTrace], path: str | Path) -> Path:
     if not rows:
         raise CanvaslabError(f"cannot export {path}: no traces")
     table = pa.Table.from_pylist(rows, schema=PARQUET_SCHEMA)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_writer(path, binary=True) as handle:
+        pq.write_table(table, handle)
     return path
 
 
