@@ -42,8 +42,8 @@ def main() -> None:
 
     study = BatchStudySettings(batch_sizes=[1, 2, 3, 4], generation={"max_denoising_steps": args.steps})
     result = run_batch_study(loaded, builtin_prompts(8), study, out_dir=args.out / "batch_study",
-                             progress=lambda m: print(f"[{time.time() - start:5.0f}s] {m}", flush=True),
-                             config={"model": "real-shapes", "layers": args.layers, "dtype": "bfloat16"})
+                             progress=lambda done, total, doing: print(f"[{time.time() - start:5.0f}s] "
+                                                                       f"{done}/{total} {doing}", flush=True))
     print(json.dumps(result["summary"]), flush=True)
 
     if left() > 90:

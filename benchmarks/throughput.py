@@ -1,4 +1,4 @@
-"""Denoising-step throughput (canvas tokens per second) per mode and batch size, for issue 3's goal:
+"""Denoising-step throughput (canvas tokens per second) and peak GPU memory per mode and batch size, for issue 3's goal:
 invariant >= 0.9 x stock at B >= 8 and >= 0.7 x stock at B = 1. ``vs_stock`` compares whole generate calls
 at ``--steps`` passes; ``pass_vs_stock`` one denoising pass (calls at two step counts, differenced).
 
@@ -7,6 +7,8 @@ round), so drift in clocks or in the host's load hits every mode alike; medians 
 
     python benchmarks/throughput.py --model real-shapes --layers 6 --device cuda \\
         --batch-sizes 1,4,8,16,32,64 --modes stock,rowwise,invariant --out benchmarks/results/h200_throughput.json
+
+A mode ``invariant:eager`` is invariant mode with the fused step's CUDA graphs off.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import contextlib
 import statistics
 from pathlib import Path
 
+import torch
+
 from canvaslab.environment import environment_fingerprint
 from canvaslab.invariant import replaced_ops
 from canvaslab.io import write_json_atomic
@@ -24,13 +28,38 @@ from tracer_overhead import timed_generate  # benchmarks/ (the script's own fold
 
 
 @contextlib.contextmanager
+def graphs_as_in(mode: str):
+    """``invariant:eager`` is invariant mode with its CUDA graphs off (the fused step's passes all eager)."""
+    from canvaslab.generation.fused_step import FusedStep
+
+    previous = FusedStep.cuda_graphs
+    FusedStep.cuda_graphs = not mode.endswith(":eager")
+    try:
+        yield mode.split(":")[0]
+    finally:
+        FusedStep.cuda_graphs = previous
+
+
+@contextlib.contextmanager
 def decoder_passes(model):
-    """Counts the decoder's forward calls in the block: the denoising passes generate actually ran."""
-    counter = [0]
-    handle = anatomy.decoder(model).register_forward_hook(lambda *_: counter.__setitem__(0, counter[0] + 1))
+    """Counts, in the block, the denoising passes generate ran (``[0]``: the sampler's renoising, which every
+    pass calls outside the model) and the decoder's forward calls (``[1]``: passes replayed from a CUDA graph
+    make none, so the difference is the number of replays)."""
+    from canvaslab.generation.sampler import RowKeyedSampler
+
+    counter = [0, 0]
+    original = RowKeyedSampler.renoise_canvas
+
+    def counted(self, *args, **kwargs):
+        counter[0] += 1
+        return original(self, *args, **kwargs)
+
+    RowKeyedSampler.renoise_canvas = counted
+    handle = anatomy.decoder(model).register_forward_hook(lambda *_: counter.__setitem__(1, counter[1] + 1))
     try:
         yield counter
     finally:
+        RowKeyedSampler.renoise_canvas = original
         handle.remove()
 
 
@@ -44,12 +73,20 @@ def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: 
     prompt = loaded.tokenizer("the man said that the water in the river was cold")["input_ids"]
     seconds = {(mode, passes): [] for mode in modes for passes in (steps, 2 * steps)}
     passes_run = {key: set() for key in seconds}
+    replayed = {key: set() for key in seconds}
+    peak_bytes = dict.fromkeys(modes, 0)
+    cuda = loaded.device.type == "cuda"
     for attempt in range(repeats + 1):  # round 0 is a warm-up (Triton compiles, caches fill)
         for mode, passes in seconds:
-            with decoder_passes(loaded.model) as counter:
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(loaded.device)
+            with decoder_passes(loaded.model) as counter, graphs_as_in(mode) as generate_mode:
                 elapsed = timed_generate(loaded, [prompt] * batch, {"max_denoising_steps": passes}, [],
-                                         seed=attempt, mode=mode)
+                                         seed=attempt, mode=generate_mode)
+            if cuda:
+                peak_bytes[mode] = max(peak_bytes[mode], torch.cuda.max_memory_allocated(loaded.device))
             passes_run[mode, passes].add(counter[0])
+            replayed[mode, passes].add(counter[0] - counter[1])
             if attempt:
                 seconds[mode, passes].append(elapsed)
     rows = []
@@ -65,9 +102,12 @@ def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: 
                      "seconds": short, "all_seconds": seconds[mode, steps],
                      "canvas_tokens_per_s": batch * 256 * steps / short,
                      "ms_per_row_step": 1000 * short / (batch * steps),
+                     "graph_replays": sorted(replayed[mode, steps]),
+                     "graph_replays_at_double_steps": sorted(replayed[mode, 2 * steps]),
                      "decoder_passes_at_double_steps": long_passes, "seconds_at_double_steps": long,
                      "all_seconds_at_double_steps": seconds[mode, 2 * steps],
-                     "pass_canvas_tokens_per_s": batch * 256 / per_pass, "pass_ms_per_row_step": 1000 * per_pass / batch})
+                     "pass_canvas_tokens_per_s": batch * 256 / per_pass, "pass_ms_per_row_step": 1000 * per_pass / batch,
+                     "peak_memory_gib": peak_bytes[mode] / 2 ** 30 if cuda else None})
     return rows
 
 
@@ -95,7 +135,7 @@ def main() -> None:
     loaded = load_model(args.model, device=args.device, layers=args.layers)
     modes = args.modes.split(",")
     environment = environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
-                                          replaced_ops={m: replaced_ops(m) for m in modes})
+                                          replaced_ops={m: replaced_ops(m.split(":")[0]) for m in modes})
     rows = []
     for batch in map(int, args.batch_sizes.split(",")):
         rows += batch_throughput(loaded, modes, batch, args.steps, args.repeats)

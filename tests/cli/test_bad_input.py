@@ -103,6 +103,12 @@ CASES = {
     "batch-study --out file": (["batch-study", "--out", "afile"], "--out afile", "is a file"),
     "batch-study --out under file": (["batch-study", "--out", "afile/sub"], "--out afile/sub", "is a file"),
     "batch-study --out not writable": (["batch-study", "--out", NOT_WRITABLE], "--out", "cannot write"),
+    "batch-study --executor dask": (["batch-study", "--executor", "dask"], "--executor 'dask'", "local, ray"),
+    "batch-study --retries -1": (["batch-study", "--retries", "-1"], "--retries -1"),
+    "batch-study --workers 0": (["batch-study", "--executor", "ray", "--workers", "0"], "--workers 0"),
+    "batch-study --ray-address without ray": (["batch-study", "--ray-address", "auto"], "--ray-address",
+                                              "--executor ray"),
+    "batch-study --workers without ray": (["batch-study", "--workers", "2"], "--workers", "--executor ray"),
     # generate
     "generate --steps 0": (["generate", "--prompt", "hi", "--steps", "0"], "--steps 0"),
     "generate --max-new-tokens 0": (["generate", "--prompt", "hi", "--max-new-tokens", "0"], "--max-new-tokens 0"),
@@ -116,6 +122,10 @@ CASES = {
     "op-scan --layers 0": (["op-scan", "--layers", "0"], "--layers 0"),
     "op-scan --seed -1": (["op-scan", "--seed", "-1"], "--seed -1"),
     "op-scan --out file": (["op-scan", "--out", "afile"], "--out afile"),
+    "op-scan --executor bogus": (["op-scan", "--executor", "bogus"], "--executor"),
+    # export
+    "export no store": (["export", "folder"], "DIRECTORY folder", "no study store"),
+    "export --format csv": (["export", "folder", "--format", "csv"], "--format", "parquet"),
     # order-metrics
     "order-metrics missing traces": (["order-metrics", "nope.jsonl", "--out", "o"], "TRACES nope.jsonl", "no such file"),
     "order-metrics traces folder": (["order-metrics", "folder", "--out", "o"], "TRACES folder", "folder"),
@@ -131,6 +141,7 @@ CASES = {
     "order-study --bootstrap -1": (["order-study", "--out", "o", "--bootstrap", "-1"], "--bootstrap -1"),
     "order-study --steps 0": (["order-study", "--out", "o", "--steps", "0"], "--steps 0"),
     "order-study --out file": (["order-study", "--out", "afile"], "--out afile"),
+    "order-study --retries -1": (["order-study", "--out", "o", "--retries", "-1"], "--retries -1"),
     "order-study --baseline missing": (["order-study", "--out", "o", "--baseline", "nope"], "--baseline nope"),
     # vocab-scan
     "vocab-scan --canvas-length 0": (["vocab-scan", "--tokenizer", "tiny", "--canvas-length", "0"], "--canvas-length 0"),
@@ -151,6 +162,7 @@ CASES = {
     "noise run dir is a file": (["noise-study", "run", "afile"], "DIRECTORY afile", "not a folder"),
     "noise run --batch-size 0": (["noise-study", "run", "plan", "--batch-size", "0"], "--batch-size 0"),
     "noise run --limit 0": (["noise-study", "run", "plan", "--limit", "0"], "--limit 0"),
+    "noise run --executor bogus": (["noise-study", "run", "plan", "--executor", "bogus"], "--executor"),
     # assets
     "assets corpus --out folder": (["assets", "corpus", "--out", "folder"], "--out folder", "is a folder"),
     "assets corpus --out under file": (["assets", "corpus", "--out", "afile/c.txt"], "--out afile/c.txt"),
@@ -248,10 +260,21 @@ def test_checks_after_parsing_still_come_before_any_weights(tmp_path, monkeypatc
     monkeypatch.setattr(loading.DiffusionGemmaForBlockDiffusion, "from_pretrained", _refuse)
     assert_one_line_error(invoke(["generate", "--prompt", "hi", "--layers", "5"]), "--layers 5", "has 2 layers")
     damaged = tmp_path / "study"
-    damaged.mkdir()
-    (damaged / "batch_study.partial.json").write_text('{"runs": [')
-    line = assert_one_line_error(invoke(["batch-study", "--out", str(damaged)]), "batch_study.partial.json")
-    assert "remove it" in line and "new --out" in line
+    (damaged / "store").mkdir(parents=True)
+    (damaged / "store" / "plan.json").write_text('{"study": ')
+    line = assert_one_line_error(invoke(["batch-study", "--out", str(damaged)]), "plan.json is damaged")
+    assert "--fresh" in line
+    # a folder holding a study with other choices: refused naming the field, before the model loads
+    from canvaslab.prompts import builtin_prompts
+    from canvaslab.studies.batch_size import BatchStudySettings
+    from canvaslab.studies.batch_size.study import BatchSizeStudy
+    from canvaslab.studies.engine.plan import register
+
+    other = tmp_path / "other"
+    spec = {"spec": "tiny", "dtype": "auto", "device": "cpu", "layers": None, "seed": 0}
+    register(other, "batch_size", BatchSizeStudy(spec, builtin_prompts(3), BatchStudySettings([1, 2, 3, 4])).plan())
+    line = assert_one_line_error(invoke(["batch-study", "--batch-sizes", "1,2", "--out", str(other)]),
+                                 "plan.settings.batch_sizes was [1,2,3,4], now [1,2]")
 
 
 def test_damaged_token_counts_are_refused_before_the_plan(tmp_path, monkeypatch):

@@ -26,6 +26,12 @@ def test_cli_choices_match_the_layers_that_use_them():
     assert SPLITS == (*probe.SPLITS, suite.ALL_SPLITS)
     assert DESIGNS == tuple(plan.DESIGNS)
     assert TOKENIZER_PRESET_NAMES == tuple(TOKENIZER_PRESETS)
+    from canvaslab.cli import export
+    from canvaslab.studies import engine
+    from canvaslab.studies.engine import export as store_export
+
+    assert options.EXECUTORS == engine.EXECUTORS
+    assert export.FORMATS == store_export.FORMATS
 
 
 def test_batch_sizes_parse_sorted_with_the_reference():

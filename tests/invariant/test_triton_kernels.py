@@ -167,3 +167,70 @@ def test_fused_rms_norms_swap_every_norm_and_restore_them():
     assert not any("forward" in vars(m) for m in norms)
     assert torch.equal(norm(x), stock)
     torch.testing.assert_close(fused, stock, rtol=1e-5, atol=1e-5)
+
+
+def _stock_scaled(raw: torch.Tensor, softcap: float, temperature: float) -> torch.Tensor:
+    return torch.tanh(raw.float() / softcap) * softcap / temperature
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vocab_sample_matches_the_stock_chain(dtype):
+    gen = torch.Generator().manual_seed(3)
+    raw = (torch.randn(2, 3, 700, generator=gen) * 20).to(dtype)
+    seeds = torch.tensor([5, 2 ** 62 + 7], dtype=torch.int64)
+    scaled, entropy, argmax, sample = triton_kernels.vocab_sample(raw.to(DEVICE), seeds.to(DEVICE), 0.6, softcap=30.0,
+                                                                  out=torch.empty(2, 3, 700, device=DEVICE))
+    reference = _stock_scaled(raw, 30.0, 0.6)
+    torch.testing.assert_close(scaled.cpu(), reference, rtol=1e-5, atol=1e-5)
+    stock_entropy = torch.distributions.Categorical(logits=reference).entropy()
+    torch.testing.assert_close(entropy.cpu(), stock_entropy, rtol=1e-4, atol=1e-5)
+    assert torch.equal(argmax.cpu(), scaled.cpu().argmax(-1))
+    assert ((sample >= 0) & (sample < 700)).all()
+
+
+def test_vocab_sample_entropy_of_a_near_certain_row_keeps_its_digits():
+    logits = torch.full((1, 1, 512), -40.0)
+    logits[0, 0, 17] = 40.0  # one token holds all but ~e^-80 of the mass
+    logits[0, 0, 3] = 30.0
+    _, entropy, argmax, sample = triton_kernels.vocab_sample(logits.to(DEVICE), torch.tensor([1], device=DEVICE), 1.0)
+    stock = torch.distributions.Categorical(logits=logits.double()).entropy().float()
+    torch.testing.assert_close(entropy.cpu(), stock, rtol=1e-3, atol=1e-12)
+    assert argmax.item() == sample.item() == 17
+
+
+def test_vocab_sample_ties_go_to_the_first_index_like_torch_argmax():
+    logits = torch.zeros(1, 2, 5000)
+    logits[0, 0, [7, 4000, 4999]] = 3.0
+    logits[0, 1, [2048, 2049]] = 3.0  # the same lane in consecutive blocks, and neighbours
+    _, _, argmax, _ = triton_kernels.vocab_sample(logits.to(DEVICE), torch.tensor([1], device=DEVICE), 1.0)
+    assert argmax.cpu().tolist() == [[7, 2048]]
+
+
+@settings(max_examples=5, deadline=None)
+@given(batch=st.integers(2, 4), length=st.integers(1, 5), v=st.sampled_from([3, 64, 300, 5000]), seed=st.integers(0, 99))
+def test_vocab_sample_row_equals_the_row_alone_and_is_in_place_safe(batch, length, v, seed):
+    gen = torch.Generator().manual_seed(seed)
+    raw = (torch.randn(batch, length, v, generator=gen) * 5).to(torch.bfloat16).to(DEVICE)
+    seeds = torch.randint(0, 2 ** 62, (batch,), generator=gen).to(DEVICE)
+    full = triton_kernels.vocab_sample(raw, seeds, 0.8, softcap=30.0)
+    row = batch - 1
+    alone = triton_kernels.vocab_sample(raw[row:].clone(), seeds[row:], 0.8, softcap=30.0)
+    for batched, single in zip(full, alone):
+        assert torch.equal(batched[row], single[0])
+    in_place = raw.clone()
+    triton_kernels.vocab_sample(in_place, seeds, 0.8, softcap=30.0, out=in_place)
+    assert torch.equal(in_place, full[0])
+
+
+def test_vocab_sample_draws_follow_the_softmax():
+    from scipy.stats import chisquare
+
+    logits = torch.tensor([0.0, 1.0, 2.0, 0.5]).expand(1, 4096, 4).contiguous()
+    _, _, _, sample = triton_kernels.vocab_sample(logits.to(DEVICE), torch.tensor([11], device=DEVICE), 0.9)
+    counts = torch.bincount(sample.cpu().flatten(), minlength=4).double()
+    probs = torch.softmax(logits[0, 0].double() / 0.9, -1)
+    expected = probs / probs.sum() * counts.sum()
+    assert chisquare(counts.numpy(), expected.numpy()).pvalue > 1e-4
+    again = triton_kernels.vocab_sample(logits.to(DEVICE), torch.tensor([11], device=DEVICE), 0.9)[3]
+    other = triton_kernels.vocab_sample(logits.to(DEVICE), torch.tensor([12], device=DEVICE), 0.9)[3]
+    assert torch.equal(again, sample) and not torch.equal(other, sample)  # the row's seed decides, nothing else

@@ -45,30 +45,41 @@ def batch_study(
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="write DIR/batch_study.json (a rerun with the same DIR resumes)",
         callback=options.writable_folder)] = None,
+    executor: options.Executor = "local",
+    ray_address: options.RayAddress = None,
+    workers: options.Workers = None,
+    retries: options.Retries = 0,
+    fresh: options.Fresh = False,
 ) -> None:
     """Does a row's generation depend on what shares its batch? Compare it byte for byte with B=1."""
+    engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
     from rich.console import Console
 
     from canvaslab.models import load_model
     from canvaslab.prompts import resolve_prompts
     from canvaslab.reports.batch_study import batch_study_table
-    from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
+    from canvaslab.studies.batch_size import BatchStudySettings
     from canvaslab.studies.batch_size.design import check_row
-    from canvaslab.studies.batch_size.study import read_partial
+    from canvaslab.studies.batch_size.study import BatchSizeStudy
+    from canvaslab.studies.engine import run_study
+    from canvaslab.studies.engine.plan import check_registered
 
     sizes = options.parse_batch_sizes(batch_sizes)
     check_row(row, sizes, mode)
     prompt_list = resolve_prompts(prompts)
-    read_partial(out)  # a damaged state file is refused before the model loads
     settings = BatchStudySettings(batch_sizes=sizes, fill=fill, copy_prompt_cache=copy_prompt_cache, rng=rng, mode=mode,
                                   seed=seed, generation=options.generation_overrides(steps, max_new_tokens),
                                   record_ops=record_ops, repeat_control=repeat_control, row=row)
-    loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
-    config = {"model": model, "dtype": dtype, "device": str(loaded.device), "layers": layers, "model_seed": model_seed,
-              "generation": loaded.generation_defaults}
-    with study_progress("batch-size study", "runs") as progress:
-        result = run_batch_study(loaded, prompt_list, settings, out_dir=out, progress=progress, config=config)
+    spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers, "seed": model_seed}
+    if not fresh:  # a folder holding another study is refused before the model loads
+        check_registered(out, BatchSizeStudy.name, BatchSizeStudy(spec, prompt_list, settings).plan())
+    # Loaded here for the local executor, so a bad model is one line before anything runs; Ray workers load their own.
+    loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed) if executor == "local" else None
+    study = BatchSizeStudy(spec, prompt_list, settings, loaded=loaded)
+    with study_progress("batch-size study", "prompts") as progress:
+        result, outcome = run_study(study, out, progress=progress, **engine)
     console = Console()
     console.print(batch_study_table(result, wide=wide))
     if out is not None:
         console.print(f"wrote {out / 'batch_study.json'}", highlight=False)
+    options.finish(console, outcome, "prompts")

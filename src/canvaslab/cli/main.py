@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from canvaslab.cli import assets as _assets  # noqa: F401
 from canvaslab.cli import batch_study as _batch_study  # noqa: F401
+from canvaslab.cli import export as _export  # noqa: F401
 from canvaslab.cli import generate as _generate  # noqa: F401
 from canvaslab.cli import mini as _mini  # noqa: F401
 from canvaslab.cli import noise_study as _noise_study  # noqa: F401

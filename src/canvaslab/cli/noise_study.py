@@ -41,13 +41,13 @@ def plan_command(
     """Register the design: factors, outcomes, analysis, margins, decision rule; prints its hash."""
     from rich.console import Console
 
+    from canvaslab.studies.engine.plan import STORE_DIR
     from canvaslab.studies.unused_tokens.model_facts import read_model_facts
-    from canvaslab.studies.unused_tokens.noise_study import RESULTS_FILE
+    from canvaslab.studies.unused_tokens.noise_study import OLD_RESULTS_FILE
     from canvaslab.studies.unused_tokens.plan import build_plan, save_plan
-    from canvaslab.studies.unused_tokens.results_log import ResultsLog
     from canvaslab.studies.unused_tokens.token_pools import build_token_pools
 
-    if ResultsLog(out / RESULTS_FILE).has_results():
+    if any((out / STORE_DIR / "records").glob("*.json")) or (out / OLD_RESULTS_FILE).exists():
         raise CanvaslabError(f"{out} already holds results of a registered plan; a plan with results is never "
                              "replaced: use a new --out")
     facts, tokenizer = read_model_facts(model, layers, model_seed)
@@ -72,8 +72,15 @@ def run_command(
     mode: options.Mode = "stock",
     limit: Annotated[Optional[int], typer.Option("--limit", help="run at most N more conditions, then report",
                                                  callback=options.whole_number(1))] = None,
+    executor: options.Executor = "local",
+    ray_address: options.RayAddress = None,
+    workers: options.Workers = None,
+    retries: options.Retries = 0,
+    fresh: Annotated[bool, typer.Option("--fresh", help="start the registered plan over: the folder's results are "
+                                                        "kept under a new name (DIR.1, ...), the plan copied back")] = False,
 ) -> None:
-    """Run (or resume) a registered plan; writes results.jsonl and noise_study.json, prints the effects."""
+    """Run (or resume) a registered plan; stores every condition (DIR/store), writes noise_study.json, prints the effects."""
+    engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
     # Imported here: scipy (the statistics) takes about a second that other commands need not pay.
     from rich.console import Console
 
@@ -82,7 +89,12 @@ def run_command(
 
     with study_progress("noise study", "conditions") as progress:
         report = run_noise_study(directory, device=device, dtype=dtype, batch_size=batch_size, mode=mode,
-                                 limit=limit, progress=progress)
+                                 limit=limit, progress=progress, **engine)
+    outcome = report.pop("outcome")
     console = Console()
     console.print(noise_study_table(report), crop=False)
     console.print(f"wrote {directory / REPORT_FILE}", highlight=False)
+    console.print(f"conditions: {outcome['ran']} ran, {outcome['skipped']} skipped as already done, "
+                  f"{len(outcome['failed'])} failed", highlight=False)
+    if outcome["failed"]:
+        raise typer.Exit(1)

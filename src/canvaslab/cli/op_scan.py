@@ -26,27 +26,37 @@ def op_scan(
         callback=options.whole_number(1))] = None,
     model_seed: options.ModelSeed = 0,
     seed: options.Seed = 0,
-    out: Annotated[Optional[Path], typer.Option("--out", help="write DIR/op_scan.json",
+    out: Annotated[Optional[Path], typer.Option("--out", help="write DIR/op_scan.json (a rerun resumes)",
                                                 callback=options.writable_folder)] = None,
+    executor: options.Executor = "local",
+    ray_address: options.RayAddress = None,
+    workers: options.Workers = None,
+    retries: options.Retries = 0,
+    fresh: options.Fresh = False,
 ) -> None:
     """Run every batch-sensitive op at the model's real shapes over a grid of batch sizes."""
+    engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
     from rich.console import Console
 
-    from canvaslab.environment import environment_fingerprint
-    from canvaslab.invariant import replaced_ops
-    from canvaslab.invariant.op_scan import scan_ops
-    from canvaslab.io import write_json_atomic
+    from canvaslab.cli.progress import progress as study_progress
     from canvaslab.models import load_model
     from canvaslab.reports.op_scan import op_scan_table
+    from canvaslab.studies.engine import run_study
+    from canvaslab.studies.engine.plan import check_registered
+    from canvaslab.studies.op_scan import RESULT_FILE, OpScanStudy
 
     modes = ["stock", "invariant"] if mode == "both" else [mode]
     sizes = options.parse_batch_sizes(batch_sizes)
-    loaded = load_model(model, dtype=dtype, device=device, layers=layers or 1, seed=model_seed)
-    scans = [scan_ops(loaded, sizes, m, seed) for m in modes]
-    Console().print(op_scan_table(scans))
+    spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers or 1, "seed": model_seed}
+    if not fresh:  # a folder holding another study is refused before the model loads
+        check_registered(out, OpScanStudy.name, OpScanStudy(spec, modes, sizes, seed).plan())
+    loaded = load_model(model, dtype=dtype, device=device, layers=layers or 1, seed=model_seed) \
+        if executor == "local" else None
+    study = OpScanStudy(spec, modes, sizes, seed, loaded=loaded)
+    with study_progress("op scan", "ops") as progress:
+        result, outcome = run_study(study, out, progress=progress, **engine)
+    console = Console()
+    console.print(op_scan_table(result["scans"]))
     if out is not None:
-        environment = environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source)
-        path = write_json_atomic(out / "op_scan.json", {
-            "environment": environment, "scans": scans,
-            "replaced_ops": {m: replaced_ops(m) for m in modes}})
-        Console().print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {out / RESULT_FILE}", highlight=False)
+    options.finish(console, outcome, "ops")

@@ -201,3 +201,46 @@ Bootstrap = Annotated[int, typer.Option("--bootstrap", help="prompt-clustered bo
 
 def generation_overrides(steps: Optional[int], max_new_tokens: Optional[int]) -> dict:
     return {"max_denoising_steps": steps, "max_new_tokens": max_new_tokens}
+
+
+# ---- the study engine's options (every study command) ------------------------------------------------
+
+EXECUTORS = ("local", "ray")  # canvaslab.studies.engine.EXECUTORS (held equal by a test)
+
+
+def executor(ctx, param, value):
+    one_of(EXECUTORS)(ctx, param, value)
+    if value == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise _bad(param, value, "needs Ray: pip install 'canvaslab[ray]'")
+    return value
+
+
+Executor = Annotated[str, typer.Option("--executor", help="local: this process, one model; ray: one model-holding "
+                                                          "worker per GPU (or CPU) of a Ray cluster",
+                                       callback=executor)]
+RayAddress = Annotated[Optional[str], typer.Option("--ray-address", help="join this Ray cluster (auto: the one "
+                                                                         "`ray start` began); default: a local one")]
+Workers = Annotated[Optional[int], typer.Option("--workers", help="Ray workers (default: one per GPU, else per CPU)",
+                                                callback=whole_number(1, MAX_BATCH))]
+Retries = Annotated[int, typer.Option("--retries", help="times a failed unit is retried before it is recorded "
+                                                        "as failed", callback=whole_number(0, 100))]
+Fresh = Annotated[bool, typer.Option("--fresh", help="start over: the folder's old study is kept under a new name "
+                                                     "(DIR.1, ...)")]
+
+
+def engine_options(executor: str, ray_address: Optional[str], workers: Optional[int], retries: int,
+                   fresh: bool) -> dict:
+    """``run_study``'s keyword arguments; Ray-only options without ``--executor ray`` are refused."""
+    if executor != "ray" and (ray_address is not None or workers is not None):
+        raise CanvaslabError(f"{'--ray-address' if ray_address is not None else '--workers'} needs --executor ray")
+    return {"executor": executor, "ray_address": ray_address, "workers": workers, "retries": retries, "fresh": fresh}
+
+
+def finish(console, outcome, unit: str) -> None:
+    """The study's final line; failed units (after their retries) end the command with exit code 1."""
+    console.print(outcome.line(unit), highlight=False)
+    if outcome.failed:
+        raise typer.Exit(1)

@@ -1,7 +1,7 @@
 """``canvaslab order-study``: the commit-order study of seed 003 end to end (traces, measures, table).
 
 Generates every (probe, seed) pair of the chosen regimes with the commit tracer on, writes
-``DIR/traces.jsonl`` as it goes (a rerun with the same ``--out`` resumes), then ``DIR/order_metrics.json``
+each generation in ``DIR/store`` as it finishes (a rerun with the same ``--out`` resumes), then ``DIR/traces.jsonl``, ``DIR/order_metrics.json``
 and the regime table of ``canvaslab order-metrics``. ``--baseline PATH`` adds an autoregressive model's
 accuracy on the same probes (``DIR/baseline.json``, and a column of the table).
 """
@@ -67,8 +67,14 @@ def order_study(
     model_seed: options.ModelSeed = 0,
     bootstrap: options.Bootstrap = 1000,
     wide: Annotated[bool, typer.Option("--wide", help="one table (wider than 80 columns) instead of two")] = False,
+    executor: options.Executor = "local",
+    ray_address: options.RayAddress = None,
+    workers: options.Workers = None,
+    retries: options.Retries = 0,
+    fresh: options.Fresh = False,
 ) -> None:
     """In what order does the sampler commit canvas positions, per regime, and does confidence predict correctness?"""
+    engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
     baseline_path = _baseline_path(baseline)
     # Imported here: torch models, scipy and scikit-learn would slow every other canvaslab command.
     from rich.console import Console
@@ -84,19 +90,25 @@ def order_study(
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
     config = {"command": {"model": model, "split": split, "suite": suite, "prompts_per_regime": prompts_per_regime,
                           "dtype": dtype, "device": str(loaded.device), "layers": layers, "model_seed": model_seed}}
+    spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers, "seed": model_seed}
     with study_progress("order study", "generations") as progress:
         metrics = run_order_study(
             loaded, probes, list(range(seeds)), out_dir=out, batch_size=batch_size, mode=mode, rng=rng,
             generation=options.generation_overrides(steps, max_new_tokens), parquet=parquet, n_bootstrap=bootstrap,
-            progress=lambda done, total: progress(done, total), config=config,
+            progress=progress, config=config, model=spec, **engine,
         )
     console = Console()
+    outcome = metrics.pop("outcome")
     if baseline_path is not None:
         budget = metrics["study"]["generation"]["max_new_tokens"]
         del loaded
         _free_memory()
         metrics = _add_baseline(metrics, baseline_path, probes, out, budget, device, dtype, batch_size)
     _print_results(console, metrics, out, parquet, wide)
+    console.print(f"generations: {outcome['ran']} ran, {outcome['skipped']} skipped as already done, "
+                  f"{len(outcome['failed'])} failed", highlight=False)
+    if outcome["failed"]:
+        raise typer.Exit(1)
 
 
 def _baseline_path(baseline: Optional[Path]) -> Optional[Path]:

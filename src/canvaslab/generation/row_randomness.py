@@ -61,6 +61,12 @@ class RowRandomness:
         generator.manual_seed(stream_seed(self.seed, self.requests[row], self.canvas, self.step, purpose))
         return generator
 
+    def sample_seeds(self, device: torch.device) -> torch.Tensor:
+        """``(batch,)`` int64: each row's seed for this step's draw, for kernels that draw from their own
+        counter-based stream (the fused sampler's Philox) instead of a ``torch.Generator``."""
+        seeds = [stream_seed(self.seed, request, self.canvas, self.step, "sample") for request in self.requests]
+        return torch.tensor(seeds, dtype=torch.int64, device=device)
+
     def uniform_tokens(self, purpose: str, length: int, vocab_size: int, device: torch.device) -> torch.Tensor:
         """``(batch, length)`` token ids drawn uniformly from the vocabulary, one stream per row."""
         rows = [

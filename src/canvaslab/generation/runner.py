@@ -20,10 +20,11 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 )
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.generation.fused_step import FusedStep, streamed_self_conditioning
 from canvaslab.generation.prompt_cache import build_prompt_cache
 from canvaslab.generation.row_randomness import RowRandomness, request_key
 from canvaslab.generation.sampler import RowKeyedMultinomial, RowKeyedSampler
-from canvaslab.invariant import generation_mode
+from canvaslab.invariant import generation_mode, streams_vocabulary
 from canvaslab.invariant.padding import per_row_positions
 
 RNG_MODES = ("row", "stock")
@@ -81,7 +82,23 @@ class _StopRecorder(StableAndConfidentStoppingCriteria):
         self.canvases.append({"stopped_at": [None] * self.batch_size, "passes": 0})
 
     def __call__(self, argmax_canvas, logits, **kwargs):
-        stop = super().__call__(argmax_canvas, logits, **kwargs)
+        return self._record(super().__call__(argmax_canvas, logits, **kwargs))
+
+    def stop_from_entropy(self, argmax_canvas: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
+        """The same rule given the per-position entropy of the processed logits (the fused step's): stable
+        (the argmax canvas unchanged over ``stability_threshold`` passes) and confident (mean entropy)."""
+        if self.stability_threshold == 0:
+            stable = torch.ones(argmax_canvas.shape[0], device=argmax_canvas.device, dtype=torch.bool)
+        else:
+            if self.argmax_canvas_history is None:
+                self.argmax_canvas_history = torch.full((self.stability_threshold, *argmax_canvas.shape), -1,
+                                                        dtype=argmax_canvas.dtype, device=argmax_canvas.device)
+            stable = (self.argmax_canvas_history == argmax_canvas[None]).all(dim=-1).all(dim=0)
+            self.argmax_canvas_history = torch.roll(self.argmax_canvas_history, shifts=-1, dims=0)
+            self.argmax_canvas_history[-1] = argmax_canvas
+        return self._record(stable & (entropy.mean(dim=-1) < self.confidence_threshold))
+
+    def _record(self, stop: torch.Tensor) -> torch.Tensor:
         canvas = self.canvases[-1]
         canvas["passes"] += 1
         for row in torch.nonzero(stop).flatten().tolist():
@@ -266,7 +283,12 @@ def generate(
             stack.enter_context(per_row_positions(model, attention_mask))
         stack.enter_context(_instance_override(model, "_prepare_sampler", prepare_sampler))
         stack.enter_context(_instance_override(model, "_prepare_diffusion_stopping_criteria", prepare_stopping))
-        if randomness is not None:
+        if mode == "invariant" and randomness is not None and streams_vocabulary(model):
+            # The fused step draws in its kernel (no multinomial to answer, so no function mode on every op)
+            fused = FusedStep(model, randomness, observers, fallback=model._denoising_step)
+            stack.enter_context(_instance_override(model, "_denoising_step", fused))
+            stack.enter_context(streamed_self_conditioning(model))
+        elif randomness is not None:
             stack.enter_context(RowKeyedMultinomial(randomness))
         else:
             torch.manual_seed(seed)

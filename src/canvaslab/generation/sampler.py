@@ -26,6 +26,15 @@ class RowKeyedSampler(EntropyBoundSampler):
         self.randomness.start_canvas()
         return self.randomness.uniform_tokens("init", self.canvas_length, self.vocab_size, device)
 
+    def accept_by_entropy(self, current_canvas: torch.LongTensor, denoiser_canvas: torch.LongTensor,
+                          entropy: torch.Tensor) -> torch.LongTensor:
+        """``accept_canvas`` given the per-position entropy instead of the logits (the fused step computes
+        it in its pass over the vocabulary): the same entropy-bound rule, a stable sort."""
+        sorted_entropy, order = torch.sort(entropy, dim=-1, stable=True)
+        selected = torch.cumsum(sorted_entropy, dim=-1) - sorted_entropy <= self.entropy_bound
+        self.accepted_token_mask = torch.scatter(torch.zeros_like(selected), -1, order, selected)
+        return torch.where(self.accepted_token_mask, denoiser_canvas, current_canvas)
+
     def renoise_canvas(self, accepted_canvas: torch.LongTensor, cur_step: int) -> torch.LongTensor:
         noise = self.randomness.uniform_tokens("renoise", self.canvas_length, self.vocab_size, accepted_canvas.device)
         self.randomness.finish_step()

@@ -35,7 +35,8 @@ def replaced_ops(mode: str) -> list[str]:
         return ["decoder router.proj (per sequence)", "self-conditioning matmul (per row)"]
     if mode == "invariant":
         return [*REPLACED_OPS, f"attention: {attention.NAME}", f"experts: {experts.NAME}",
-                "RMSNorm: one fused kernel (CUDA)", "sampling: per-row streams"]
+                "RMSNorm: one fused kernel (CUDA)", "sampling: per-row streams",
+                "denoising step: one streamed pass over the vocabulary, Philox draws (CUDA)"]
     return []
 
 
@@ -99,4 +100,10 @@ def fuses_norms(model) -> bool:
     return model.device.type == "cuda"
 
 
-__all__ = ["MODES", "batch_invariant", "generation_mode", "replaced_ops"]
+def streams_vocabulary(model) -> bool:
+    """Whether invariant mode (with per-row randomness) runs the fused denoising step, which streams the
+    vocabulary-sized work (``canvaslab.generation.fused_step``): on CUDA, where its Triton kernels compile."""
+    return model.device.type == "cuda"
+
+
+__all__ = ["MODES", "batch_invariant", "generation_mode", "replaced_ops", "streams_vocabulary"]

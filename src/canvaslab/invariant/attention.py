@@ -71,16 +71,19 @@ def _causal_mask(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
 _GROUPS_CACHE: dict[int, tuple[torch.Tensor, dict]] = {}
 
 
-def _row_groups(mask: torch.Tensor | None, batch: int) -> dict[RowGroup, list[int]]:
+def _row_groups(mask: torch.Tensor | None, batch: int) -> dict[RowGroup, torch.Tensor]:
+    """Each group's rows as an index tensor on the mask's device: indexing with it needs no copy from the host,
+    so a pass can be captured in a CUDA graph once its groups are cached."""
     if mask is None:
-        return {RowGroup(0, 0, False): list(range(batch))}
+        return {RowGroup(0, 0, False): None}
     cached = _GROUPS_CACHE.get(id(mask))
     if cached is None or cached[0] is not mask:
         if len(_GROUPS_CACHE) >= 4:
             _GROUPS_CACHE.pop(next(iter(_GROUPS_CACHE)))
-        cached = _GROUPS_CACHE[id(mask)] = (mask, _compute_row_groups(mask))
+        groups = {group: torch.tensor(rows, device=mask.device) for group, rows in _compute_row_groups(mask).items()}
+        cached = _GROUPS_CACHE[id(mask)] = (mask, groups)
     if mask.shape[0] == 1:  # one mask shared by every row
-        return {group: list(range(batch)) for group in cached[1]}
+        return dict.fromkeys(cached[1], None)
     return cached[1]
 
 
@@ -145,8 +148,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, scale=None):
     if only is not None and only.queries_dropped == only.keys_dropped == 0:  # every row whole: one call, as stock
         return _sdpa(query, key, value, attn_mask if only.masked else None, scale)
     output = query.new_zeros((*query.shape[:-1], value.shape[-1]))
-    for group, rows in groups.items():
-        out = _group_output(group, rows if len(rows) < batch else slice(None), query, key, value, attn_mask, scale)
+    for group, rows in groups.items():  # rows None: every row
+        rows = slice(None) if rows is None or len(rows) == batch else rows
+        out = _group_output(group, rows, query, key, value, attn_mask, scale)
         if out is not None:
             output[rows, :, group.queries_dropped:] = out
     return output

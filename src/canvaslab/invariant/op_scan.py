@@ -95,17 +95,22 @@ def _attention_case(model, attn, canvas, device, dtype) -> OpCase:
 
 
 @torch.no_grad()
+def case_signatures(case: OpCase, batch_sizes: list[int], seed: int = 0) -> dict[int, str]:
+    """Row 0's output digest at every batch size (B=1 included), inputs drawn once for the largest batch."""
+    sizes = sorted(set(batch_sizes) | {1})
+    inputs = case.make_input(max(sizes), torch.Generator().manual_seed(seed))
+    signatures = {}
+    for batch in sizes:
+        output = case.run(inputs, batch)
+        signatures[batch] = str(digest(output[: output.shape[0] // batch]))
+    return signatures
+
+
 def scan_ops(loaded, batch_sizes: list[int], mode: str = "stock", seed: int = 0) -> dict:
     """Equivalence classes of batch sizes per op, for row 0 against B=1."""
-    model, largest = loaded.model, max(batch_sizes)
     results = {}
-    with generation_mode(model, mode):
-        for case in op_cases(model):
-            inputs = case.make_input(largest, torch.Generator().manual_seed(seed))
-            signatures = {}
-            for batch in sorted(set(batch_sizes) | {1}):
-                output = case.run(inputs, batch)
-                signatures[batch] = str(digest(output[: output.shape[0] // batch]))
-            classes = equivalence_classes(signatures)
+    with generation_mode(loaded.model, mode):
+        for case in op_cases(loaded.model):
+            classes = equivalence_classes(case_signatures(case, batch_sizes, seed))
             results[case.name] = {"shape": case.shape, "classes": classes, "invariant": len(classes) == 1}
     return {"mode": mode, "batch_sizes": sorted(set(batch_sizes) | {1}), "ops": results}

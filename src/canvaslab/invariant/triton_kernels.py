@@ -303,3 +303,121 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
         x, weight if weight is not None else x, out, rows, d, d, d, eps,
         HAS_WEIGHT=weight is not None, ROWS=per_program, BLOCK=block, N_BLOCKS=triton.cdiv(d, block), num_warps=warps)
     return out
+
+
+@triton.jit
+def _rescale(m_old, m_new, s, t):
+    """(s, t) = (sum e^(x-m), sum e^(x-m) (x-m)) of a lane re-based from max ``m_old`` to ``m_new``."""
+    filled = s > 0  # an empty lane (s == 0, both maxima -inf) stays (0, 0)
+    gap = tl.where(filled, m_old, 0.0) - tl.where(filled, m_new, 0.0)
+    scale = tl.exp(gap)
+    return s * scale, (t + gap * s) * scale
+
+
+PHILOX_KEY = tl.constexpr(0x5EED)  # the rows' streams differ by their counters (row seed, position, token), not by the key
+
+
+@triton.jit
+def _uniform(seeds, counter):
+    """U[0, 1) from Philox at (counter, row seed): a function of the row's seed and the counter alone."""
+    seeds = seeds.to(tl.uint64, bitcast=True)
+    zeros = counter.to(tl.uint32) * 0
+    seed_lo = (seeds & 0xFFFFFFFF).to(tl.uint32) + zeros
+    seed_hi = (seeds >> 32).to(tl.uint32) + zeros
+    bits, _, _, _ = tl.philox(PHILOX_KEY, counter.to(tl.uint32), seed_lo, seed_hi, zeros)
+    return tl.uint_to_uniform_float(bits)
+
+
+@triton.jit(do_not_specialize=["R"])
+def _vocab_sample_kernel(logits_ptr, out_ptr, seeds_ptr, entropy_ptr, argmax_ptr, sample_ptr, R, V, L, s_in, s_out,
+                         softcap, temperature_ptr, HAS_SOFTCAP: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                         N_BLOCKS: tl.constexpr):
+    # Each row (batch row, canvas position) is reduced on its own lanes: nothing of another row is read.
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_mask = rows < R
+    temperature = tl.load(temperature_ptr)  # read on the device: a captured CUDA graph replays every step
+    seeds = tl.load(seeds_ptr + rows // L, mask=row_mask, other=0)[:, None]
+    counter_base = ((rows % L) * V)[:, None]
+    rows_in = logits_ptr + rows[:, None].to(tl.int64) * s_in
+    rows_out = out_ptr + rows[:, None].to(tl.int64) * s_out
+    offs = tl.arange(0, BLOCK)
+    peak = tl.full((ROWS, BLOCK), float("-inf"), dtype=tl.float32)
+    total = tl.zeros((ROWS, BLOCK), dtype=tl.float32)  # per lane: sum of e^(x - peak)
+    moment = tl.zeros((ROWS, BLOCK), dtype=tl.float32)  # per lane: sum of e^(x - peak) (x - peak)
+    best = tl.full((ROWS, BLOCK), float("-inf"), dtype=tl.float32)
+    best_at = tl.zeros((ROWS, BLOCK), dtype=tl.int32)
+    race = tl.full((ROWS, BLOCK), float("-inf"), dtype=tl.float32)
+    race_at = tl.zeros((ROWS, BLOCK), dtype=tl.int32)
+    for i in range(0, N_BLOCKS):
+        cols = (i * BLOCK + offs)[None, :]
+        mask = row_mask[:, None] & (cols < V)
+        x = tl.load(rows_in + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_SOFTCAP:  # softcap * tanh(x / softcap), tanh written with one exp
+            x = softcap * (1.0 - 2.0 / (tl.exp(2.0 * (x / softcap)) + 1.0))
+        x = x / temperature
+        tl.store(rows_out + cols, x.to(out_ptr.dtype.element_ty), mask=mask)
+        x = tl.where(mask, x, float("-inf"))
+        better = x > best  # strict: each lane keeps its first maximum
+        best_at = tl.where(better, cols, best_at)
+        best = tl.where(better, x, best)
+        # Exponential race: argmax p / E = argmax x - log E, E ~ Exp(1) from the row's own Philox stream.
+        clock = -tl.log(tl.maximum(_uniform(seeds, counter_base + cols), 2.0 ** -33))  # U = 0 (p = 2^-31): E finite
+        key = x - tl.log(clock)
+        better = key > race
+        race_at = tl.where(better, cols, race_at)
+        race = tl.where(better, key, race)
+        new_peak = tl.maximum(peak, x)
+        total, moment = _rescale(peak, new_peak, total, moment)
+        shifted = tl.where(mask, x - tl.where(mask, new_peak, 0.0), 0.0)
+        e = tl.where(mask, tl.exp(shifted), 0.0)
+        total += e
+        moment += e * shifted
+        peak = new_peak
+    top = tl.max(peak, axis=1)
+    total, moment = _rescale(peak, top[:, None], total, moment)
+    s = tl.where(row_mask, tl.sum(total, axis=1), 1.0)  # rows past R: nothing to reduce
+    # H = -sum p log p = log S - sum e^(x - top) (x - top) / S: no cancellation when one token dominates
+    tl.store(entropy_ptr + rows, tl.log(s) - tl.sum(moment, axis=1) / s, mask=row_mask)
+    top_value = tl.max(best, axis=1)
+    first = tl.min(tl.where(best == top_value[:, None], best_at, V), axis=1)
+    tl.store(argmax_ptr + rows, first.to(tl.int64), mask=row_mask)
+    top_key = tl.max(race, axis=1)
+    drawn = tl.min(tl.where(race == top_key[:, None], race_at, V), axis=1)
+    tl.store(sample_ptr + rows, drawn.to(tl.int64), mask=row_mask)
+
+
+def vocab_plan(v: int) -> tuple[int, int, int]:
+    """(rows per program, block width, warps) for a vocabulary of ``v``: a function of ``v`` alone. A real
+    vocabulary (262,144) gets one program per row; a small one (tests, tiny models) shares a program."""
+    block = min(2048, triton.next_power_of_2(v))
+    return (1, block, 8) if v > 4096 else (max(1, 8192 // block), block, 4)
+
+
+def vocab_sample(logits: torch.Tensor, seeds: torch.Tensor, temperature: float | torch.Tensor, softcap: float | None = None,
+                 out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The sampler's whole pass over the vocabulary, in one read of the logits.
+
+    ``logits`` ``(B, L, V)`` (the lm_head output when ``softcap`` is given, else softcapped logits); ``seeds``
+    ``(B,)`` int64, one random stream per batch row; ``temperature`` a float or a one-element float32 tensor
+    on the logits' device. For each position, with ``x = softcap(logits) /
+    temperature``: writes ``x`` in ``out``'s dtype (default: ``logits``'s; ``out`` may be ``logits`` itself),
+    and returns ``(x, entropy of softmax(x), argmax x, one draw from softmax(x))``, the last three ``(B, L)``.
+    A row's lanes read only that row, in an order fixed by V, so nothing depends on the batch.
+    """
+    b, length, v = logits.shape
+    logits = logits.contiguous()
+    out = torch.empty_like(logits) if out is None else out
+    if not out.is_contiguous() or out.shape != logits.shape:
+        raise ValueError("vocab_sample: out must be a contiguous tensor of the logits' shape")
+    rows = b * length
+    entropy = torch.empty((b, length), device=logits.device, dtype=torch.float32)
+    argmax = torch.empty((b, length), device=logits.device, dtype=torch.int64)
+    sample = torch.empty_like(argmax)
+    per_program, block, warps = vocab_plan(v)
+    if not isinstance(temperature, torch.Tensor):
+        temperature = torch.tensor([temperature], dtype=torch.float32, device=logits.device)
+    _vocab_sample_kernel[(triton.cdiv(rows, per_program),)](
+        logits, out, seeds, entropy, argmax, sample, rows, v, length, v, v,
+        float(softcap or 1.0), temperature, HAS_SOFTCAP=softcap is not None, ROWS=per_program, BLOCK=block,
+        N_BLOCKS=triton.cdiv(v, block), num_warps=warps)
+    return out, entropy, argmax, sample

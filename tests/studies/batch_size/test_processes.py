@@ -8,8 +8,10 @@ repeat cannot.
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,49 +23,57 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.io import read_json
 from canvaslab.studies.batch_size import BatchStudySettings
 from canvaslab.studies.batch_size.repeat_control import fresh_process_signature, other_hash_seed
-from canvaslab.studies.batch_size.study import PARTIAL_FILE, RESULT_FILE, repeat_signature
+from canvaslab.studies.batch_size.study import RESULT_FILE, repeat_signature
 
 SRC = str(Path(canvaslab.__file__).resolve().parents[1])
 STEPS = 2
 
-# One prompt at B = 1, 2, 3 into folder argv[1]. With argv[2] = N > 0 the process dies like kill -9 (no
-# cleanup, no exception handling) when the (N+1)-th batched run starts, after N runs were saved.
+# Two prompts at B = 1, 2 into folder argv[1]; prints the engine's outcome as its last line.
 DRIVER = f"""
-import os, sys
+import json, sys
 from canvaslab.models import load_model
 from canvaslab.prompts import builtin_prompts
-from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
-kill_after, started = int(sys.argv[2]), []
-def progress(done, total, doing):
-    if doing and "B=1" not in doing:
-        if kill_after and len(started) == kill_after:
-            os._exit(137)
-        started.append(doing)
-settings = BatchStudySettings(batch_sizes=[1, 2, 3], repeat_control="same-process",
+from canvaslab.studies.batch_size import BatchStudySettings
+from canvaslab.studies.batch_size.study import BatchSizeStudy, model_plan
+from canvaslab.studies.engine import run_study
+settings = BatchStudySettings(batch_sizes=[1, 2], repeat_control="same-process",
                               generation={{"max_denoising_steps": {STEPS}}})
-run_batch_study(load_model("tiny"), builtin_prompts(1), settings, out_dir=sys.argv[1], progress=progress)
+loaded = load_model("tiny")
+study = BatchSizeStudy(model_plan(loaded), builtin_prompts(2), settings, loaded=loaded)
+_, outcome = run_study(study, sys.argv[1])
+print(json.dumps({{"ran": outcome.ran, "skipped": outcome.skipped, "failed": len(outcome.failed)}}))
 """
 
 
-def _start(out_dir, hash_seed: str, kill_after: int = 0) -> subprocess.Popen:
+def _start(out_dir, hash_seed: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONHASHSEED": hash_seed,
            "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))}
-    return subprocess.Popen([sys.executable, "-c", DRIVER, str(out_dir), str(kill_after)], env=env,
+    return subprocess.Popen([sys.executable, "-c", DRIVER, str(out_dir)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait(proc: subprocess.Popen) -> int:
-    _, err = proc.communicate(timeout=900)
-    assert proc.returncode in (0, 137), err[-2000:]
-    return proc.returncode
+def _outcome(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-2000:]
+    return json.loads(out.strip().splitlines()[-1])
 
 
-def test_study_killed_and_resumed_under_another_hash_seed_matches_an_uninterrupted_one(tmp_path):
-    # Hash seeds 0 and 1 run the two rotary_emb calls of a pass in opposite orders (tests/capture).
-    killed, whole = _start(tmp_path / "resumed", "0", kill_after=1), _start(tmp_path / "whole", "1")
-    assert _wait(killed) == 137 and _wait(whole) == 0
-    assert len(read_json(tmp_path / "resumed" / PARTIAL_FILE)["runs"]) == 1  # B=2 saved, then killed
-    assert _wait(_start(tmp_path / "resumed", "1")) == 0
+def _records(folder: Path) -> list[str]:
+    return sorted(path.name for path in (folder / "store" / "records").glob("*.json"))
+
+
+def test_study_sigkilled_mid_unit_and_resumed_under_another_hash_seed_matches_an_uninterrupted_one(tmp_path):
+    """kill -9 while the second prompt runs: the first prompt's record survives, the second is run once more,
+    and the summary is an uninterrupted run's (made under another hash seed: hash order must not matter)."""
+    killed = _start(tmp_path / "resumed", "0")
+    deadline = time.monotonic() + 600
+    while not _records(tmp_path / "resumed") and time.monotonic() < deadline and killed.poll() is None:
+        time.sleep(0.05)
+    os.kill(killed.pid, signal.SIGKILL)  # the first prompt is stored; the second is running
+    killed.communicate(timeout=60)
+    assert killed.returncode == -signal.SIGKILL and _records(tmp_path / "resumed") == ["builtin-0.json"]
+    assert _outcome(_start(tmp_path / "resumed", "1")) == {"ran": 1, "skipped": 1, "failed": 0}
+    assert _outcome(_start(tmp_path / "whole", "1")) == {"ran": 2, "skipped": 0, "failed": 0}
     resumed, uninterrupted = read_json(tmp_path / "resumed" / RESULT_FILE), read_json(tmp_path / "whole" / RESULT_FILE)
     assert resumed["equivalence_classes_per_prompt"] == uninterrupted["equivalence_classes_per_prompt"]
     assert resumed["summary"] == uninterrupted["summary"]

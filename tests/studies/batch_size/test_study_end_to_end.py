@@ -8,7 +8,6 @@ from canvaslab.cli.main import main
 from canvaslab.io import read_json
 from canvaslab.prompts import builtin_prompts
 from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
-from canvaslab.studies.batch_size.study import PARTIAL_FILE
 
 SUMMARY_KEYS = {"runs", "diverged", "text_changed", "stop_changed", "passes_total", "passes_matching",
                 "bytes_compared", "equivalence_classes", "repeat_control_identical"}
@@ -50,7 +49,7 @@ def test_cli_study_writes_consistent_json(tmp_path, capsys):
     result = read_json(tmp_path / "batch_study.json")
     _check_consistent(result, 2, [1, 2, 3])
     assert result["repeat_control"]["process"] == "fresh-process"  # the default
-    assert not (tmp_path / PARTIAL_FILE).exists()
+    assert len(list((tmp_path / "store" / "records").glob("*.json"))) == 2  # one record per prompt
     out = capsys.readouterr().out
     assert "runs diverged" in out and "batch_study.json" in out
     # on x86 CPUs the tiny float32 model really does depend on batch size
@@ -67,31 +66,26 @@ def test_mixed_fill_and_encoder_studied(tiny):
     assert padded == {"builtin-0": True, "builtin-1": False}
 
 
-def test_interrupted_study_resumes_without_redoing_runs(tmp_path, tiny):
+def test_interrupted_study_resumes_without_redoing_prompts(tmp_path, tiny):
     settings = BatchStudySettings(batch_sizes=[1, 2, 3], repeat_control="same-process",
                                   generation={"max_denoising_steps": STEPS})
     prompts = builtin_prompts(2)
     seen = []
 
-    def interrupt_after_first_run(done, total, doing):
+    def interrupt_after_first_prompt(done, total, doing):
         seen.append((done, total, doing))
-        if done == 1:  # the first batched run has finished (and is saved): stop here
+        if done == 1:  # the first prompt (its reference and both batched runs) is stored: stop here
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_batch_study(tiny, prompts, settings, out_dir=tmp_path, progress=interrupt_after_first_run)
-    # progress counts finished runs: 0 while the references and the first batched run ran
-    assert seen[:-1] == [(0, 4, "builtin-0: B=1 reference"), (0, 4, "builtin-0: B=1 repeat control (same-process)"),
-                         (0, 4, "builtin-0: B=2")]
-    assert seen[-1] == (1, 4, "builtin-0: B=3")
-    partial = json.loads((tmp_path / PARTIAL_FILE).read_text())
-    assert len(partial["runs"]) == 1
+        run_batch_study(tiny, prompts, settings, out_dir=tmp_path, progress=interrupt_after_first_prompt)
+    # progress counts finished prompts (units)
+    assert seen == [(0, 2, ""), (0, 2, "builtin-0"), (1, 2, "")]
+    assert [p.name for p in (tmp_path / "store" / "records").glob("*.json")] == ["builtin-0.json"]
     resumed_calls = []
     resumed = run_batch_study(tiny, prompts, settings, out_dir=tmp_path,
                               progress=lambda done, total, doing: resumed_calls.append((done, doing)))
-    batched = [doing for _, doing in resumed_calls if doing and "B=1" not in doing]
-    assert len(batched) == 3  # 4 runs in all, 1 was already done
-    assert resumed_calls[0][0] == 1 and resumed_calls[-1] == (4, "")
+    assert resumed_calls == [(1, ""), (1, "builtin-1"), (2, "")]  # builtin-0 was not run again
     fresh = run_batch_study(tiny, prompts, settings)
     assert [r["signature"] for r in resumed["runs"]] == [r["signature"] for r in fresh["runs"]]
-    assert resumed["summary"] == fresh["summary"]
+    assert resumed["summary"] == fresh["summary"] and resumed["runs"] == fresh["runs"]

@@ -4,7 +4,6 @@ without duplicates, settings mixing refused, the autoregressive baseline scored,
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 import torch
@@ -24,7 +23,7 @@ from canvaslab.studies.commit_order.study import (
     plan_generations,
     run_order_study,
 )
-from canvaslab.capture.commit_trace import TruncatedTraceWarning, read_traces
+from canvaslab.capture.commit_trace import read_traces
 
 GENERATION = {"max_denoising_steps": 3}
 SEEDS = [0, 1]
@@ -69,32 +68,33 @@ def test_batches_hold_one_seed_and_every_pair_once(tiny, probes):
     assert sorted(p.generation_id for batch in grouped for p in batch) == sorted(_expected_ids(probes, SEEDS))
 
 
-def test_resume_after_an_interruption_has_no_duplicates(tiny, probes, tmp_path):
-    def interrupt_after_two(done, total):
+def test_resume_after_an_interruption_has_no_duplicates_and_the_same_traces(tiny, probes, tmp_path):
+    whole = tmp_path / "whole"
+    _study(tiny, probes, whole)
+
+    def interrupt_after_two(done, total, doing):
         if done >= 2:
             raise KeyboardInterrupt
 
+    resumed = tmp_path / "resumed"
     with pytest.raises(KeyboardInterrupt):
-        _study(tiny, probes, tmp_path, progress=interrupt_after_two)
-    assert len(list(read_traces(tmp_path / TRACES_FILE))) == 2
-    assert not (tmp_path / METRICS_FILE).exists()
-    with open(tmp_path / TRACES_FILE, "a", encoding="utf-8") as handle:
-        handle.write('{"generation_id": "cut short by a kil')  # a kill in the middle of a write
+        _study(tiny, probes, resumed, progress=interrupt_after_two)
+    assert not (resumed / METRICS_FILE).exists() and len(list((resumed / "store" / "records").glob("*.json"))) == 2
     seen = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TruncatedTraceWarning)
-        _study(tiny, probes, tmp_path, progress=lambda done, total: seen.append((done, total)))
-        ids = [trace.generation_id for trace in read_traces(tmp_path / TRACES_FILE)]
-    assert seen[0] == (2, 8) and seen[-1] == (8, 8) and len(seen) == 7
+    _study(tiny, probes, resumed, progress=lambda done, total, doing: seen.append(done))
+    ids = [trace.generation_id for trace in read_traces(resumed / TRACES_FILE)]
+    assert seen[0] == 2 and seen[-1] == 8
     assert len(ids) == len(set(ids)) == 8 and set(ids) == _expected_ids(probes, SEEDS)
-    assert read_json(tmp_path / METRICS_FILE)["n_generations"] == 8
+    # batches are cut from the plan, not from what was pending: the resumed traces are the uninterrupted ones
+    assert (resumed / TRACES_FILE).read_bytes() == (whole / TRACES_FILE).read_bytes()
+    assert read_json(resumed / METRICS_FILE)["regimes"] == read_json(whole / METRICS_FILE)["regimes"]
 
 
 def test_a_rerun_with_other_settings_or_other_probes_is_refused(tiny, probes, tmp_path):
     _study(tiny, probes[:1], tmp_path)
-    with pytest.raises(CanvaslabError, match="other settings"):
+    with pytest.raises(CanvaslabError, match="another plan: plan.generation.max_denoising_steps was 3, now 2"):
         _study(tiny, probes[:1], tmp_path, generation={"max_denoising_steps": 2})
-    with pytest.raises(CanvaslabError, match="does not plan"):
+    with pytest.raises(CanvaslabError, match="another plan: plan.probes"):
         _study(tiny, probes[1:2], tmp_path)
 
 

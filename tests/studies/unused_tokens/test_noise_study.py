@@ -23,7 +23,8 @@ from canvaslab.studies.unused_tokens import noise_study
 from canvaslab.studies.unused_tokens.batch_safeguard import FIELDS, differing_fields
 from canvaslab.studies.unused_tokens.conditions import base_noise, enumerate_conditions, region
 from canvaslab.studies.unused_tokens.model_facts import read_model_facts
-from canvaslab.studies.unused_tokens.noise_study import REPORT_FILE, RESULTS_FILE, run_noise_study
+from canvaslab.studies.engine.store import Store
+from canvaslab.studies.unused_tokens.noise_study import OLD_RESULTS_FILE, REPORT_FILE, run_noise_study
 from canvaslab.studies.unused_tokens.plan import (
     HASH_FILE,
     PLAN_FILE,
@@ -36,7 +37,6 @@ from canvaslab.studies.unused_tokens.plan import (
     save_plan,
 )
 from canvaslab.studies.unused_tokens.planted_observer import Observation
-from canvaslab.studies.unused_tokens.results_log import ResultsLog
 from canvaslab.studies.unused_tokens.token_pools import RARE_POOL_SIZE, build_token_pools
 
 REPORT_KEYS = {"study", "plan_hash", "plan_file", "question", "design", "conditions_total", "conditions_run",
@@ -56,8 +56,13 @@ def _register(directory: Path, **kwargs) -> str:
     return save_plan(_plan(**kwargs), directory)
 
 
-def _lines(directory: Path) -> list[dict]:
-    return [json.loads(line) for line in (directory / RESULTS_FILE).read_text().splitlines()]
+def _records(directory: Path) -> dict[str, dict]:
+    """The stored condition records, by condition id (the store's own check of every file)."""
+    stored = {}
+    for path in sorted((directory / "store" / "records").glob("*.json")):
+        entry = json.loads(path.read_text())
+        stored[entry["unit"]] = Store(directory, entry["plan_sha256"]).load(entry["unit"])
+    return stored
 
 
 def _count_generate_calls(monkeypatch) -> list[int]:
@@ -219,30 +224,6 @@ def test_safeguard_is_silent_on_identical_rows_and_names_each_changed_field():
 # ------------------------------------------------------------------------------------------- running
 
 
-def test_results_log_drops_a_torn_last_line_and_refuses_a_damaged_one(tmp_path):
-    log = ResultsLog(tmp_path / RESULTS_FILE)
-    log.append({"condition_id": "a"})
-    log.append({"condition_id": "b"})
-    intact = log.path.read_bytes()
-    with open(log.path, "ab") as handle:
-        handle.write(b'{"condition_id": "c", "outc')
-    assert [r["condition_id"] for r in log.read()] == ["a", "b"] and log.path.read_bytes() == intact
-    log.path.write_bytes(intact.replace(b'"b"}', b'"b"'))
-    with pytest.raises(CanvaslabError, match=":2 is not a JSON line"):
-        log.read()
-
-
-def test_results_log_keeps_a_complete_last_record_that_lacks_its_newline(tmp_path):
-    """A kill between a record's last byte and its newline leaves a finished result: it is kept (and the
-    newline added), the rule ``append_line`` applies, not dropped and run again."""
-    log = ResultsLog(tmp_path / RESULTS_FILE)
-    log.append({"condition_id": "a"})
-    log.append({"condition_id": "b"})
-    intact = log.path.read_bytes()
-    log.path.write_bytes(intact[:-1])
-    assert [r["condition_id"] for r in log.read()] == ["a", "b"] and log.path.read_bytes() == intact
-
-
 def test_base_noise_is_the_canvas_generate_would_draw_itself(tiny):
     plan = _plan()
     condition = enumerate_conditions(plan)[0]
@@ -259,25 +240,23 @@ def test_base_noise_is_the_canvas_generate_would_draw_itself(tiny):
 
 @pytest.fixture(scope="module")
 def resumed(tiny, tmp_path_factory):
-    """The small design killed after 3 conditions (plus a torn line, as a kill mid-write leaves), then resumed."""
+    """The small design interrupted after 3 conditions (the 4th computed, never stored), then resumed."""
     directory = tmp_path_factory.mktemp("noise")
     _register(directory)
-    first: list[str] = []
+    first: list[int] = []
 
-    def kill_after_three(done, total, condition_id):
-        first.append(condition_id)
+    def kill_after_three(done, total, doing):
+        first.append(done)
         if done == 3:  # mid-batch: the 4th condition was computed but never written
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         run_noise_study(directory, tiny, batch_size=4, progress=kill_after_three)
-    with open(directory / RESULTS_FILE, "a") as handle:
-        handle.write('{"kind": "condition", "condition_id": "torn')
-    second: list[str] = []
+    stored_first = set(_records(directory))
     with pytest.MonkeyPatch.context() as monkeypatch:
         calls = _count_generate_calls(monkeypatch)
-        report = run_noise_study(directory, tiny, batch_size=4, progress=lambda d, t, cid: second.append(cid))
-    return {"dir": directory, "first": first, "second": second, "calls": calls, "report": report}
+        report = run_noise_study(directory, tiny, batch_size=4)
+    return {"dir": directory, "first": stored_first, "calls": calls, "report": report}
 
 
 @pytest.fixture(scope="module")
@@ -291,49 +270,33 @@ def uninterrupted(tiny, tmp_path_factory):
 
 def test_a_killed_and_resumed_run_writes_the_same_report_as_an_uninterrupted_one(resumed, uninterrupted):
     assert (resumed["dir"] / REPORT_FILE).read_bytes() == (uninterrupted / REPORT_FILE).read_bytes()
-    assert _lines(resumed["dir"]) == _lines(uninterrupted)  # the same results, line for line
+    assert _records(resumed["dir"]) == _records(uninterrupted)  # the same results, record for record
 
 
-def _line_ends(directory: Path) -> list[int]:
-    """Byte offset just after each line of results.jsonl (line 1 is the baseline, then condition 1, ...)."""
-    raw = (directory / RESULTS_FILE).read_bytes()
-    return [index + 1 for index, byte in enumerate(raw) if byte == ord("\n")]
-
-
-@pytest.mark.parametrize("cut", ["torn inside condition 6", "condition 11 without its newline"])
-def test_resuming_a_results_file_cut_anywhere_gives_the_identical_report(tiny, uninterrupted, tmp_path, cut):
-    """A kill leaves a prefix of results.jsonl. Cut inside condition 6 (the second batch of 4 is half
-    done: its safeguard batch must be rerun whole) or just before condition 11's newline (a finished
-    record: kept, not rerun); either way the resumed run reports exactly what the uninterrupted one did."""
-    ends = _line_ends(uninterrupted)
-    offset = {"torn inside condition 6": ends[5] + 40, "condition 11 without its newline": ends[11] - 1}[cut]
-    directory = tmp_path / "resumed"
-    directory.mkdir()
-    for name in (PLAN_FILE, HASH_FILE):
-        shutil.copy(uninterrupted / name, directory / name)
-    (directory / RESULTS_FILE).write_bytes((uninterrupted / RESULTS_FILE).read_bytes()[:offset])
-    ran: list[str] = []
-    run_noise_study(directory, tiny, batch_size=4, progress=lambda d, t, cid: ran.append(cid))
-    assert len(ran) == {"torn inside condition 6": 7, "condition 11 without its newline": 1}[cut]
-    assert (directory / RESULTS_FILE).read_bytes() == (uninterrupted / RESULTS_FILE).read_bytes()
+def test_a_damaged_record_is_redone_and_the_report_is_identical(tiny, uninterrupted, tmp_path):
+    """A record cut short (or edited) fails its checksum: it is set aside and its condition run again,
+    in the safeguard batch it always belonged to, so the report is the uninterrupted one."""
+    directory = Path(shutil.copytree(uninterrupted, tmp_path / "copy"))
+    record = sorted((directory / "store" / "records").glob("*.json"))[5]
+    record.write_bytes(record.read_bytes()[:-60])
+    report = run_noise_study(directory, tiny, batch_size=4)
+    assert report["outcome"]["ran"] == 1 and report["outcome"]["skipped"] == 11
+    assert list((directory / "store" / "records").glob("*.damaged"))
     assert (directory / REPORT_FILE).read_bytes() == (uninterrupted / REPORT_FILE).read_bytes()
 
 
 def test_resume_refuses_another_batch_size(resumed):
-    with pytest.raises(CanvaslabError, match="--batch-size 4"):
+    with pytest.raises(CanvaslabError, match="execution.batch_size was 4, now 8"):
         run_noise_study(resumed["dir"], batch_size=8)
 
 
 def test_resume_after_a_kill_redoes_and_loses_nothing(resumed):
-    lines = _lines(resumed["dir"])  # every line parses: the torn line was cut before appending
-    ids = [line["condition_id"] for line in lines if line["kind"] == "condition"]
-    assert len(resumed["first"]) == 3 and len(resumed["second"]) == 9
-    assert sorted(ids) == sorted(resumed["first"] + resumed["second"]) and len(set(ids)) == len(ids) == 12
-    assert not set(resumed["first"]) & set(resumed["second"])
-    assert sum(line["kind"] == "baseline" for line in lines) == 1  # the baseline was not rerun either
-    # 9 single runs + the 3 planned safeguard batches [1..4], [5..8], [9..12]: the first is rerun whole
-    # although 3 of its conditions were done, so the 4th is compared in the batch it always belonged to
-    assert sorted(resumed["calls"]) == [1] * 9 + [4] * 3
+    records = _records(resumed["dir"])
+    assert len(resumed["first"]) == 3 and len(records) == 12
+    assert resumed["report"]["outcome"] == {"ran": 9, "skipped": 3, "failed": {}}
+    # one baseline, 9 single runs + the 3 planned safeguard batches [1..4], [5..8], [9..12]: the first is
+    # rerun whole although 3 of its conditions were done, so the 4th is compared in the batch it always belonged to
+    assert sorted(resumed["calls"]) == [1] * 10 + [4] * 3
 
 
 def test_end_to_end_report_has_every_key_and_consistent_numbers(resumed):
@@ -357,23 +320,23 @@ def test_batch_safeguard_fires_in_stock_mode_on_this_cpu(resumed):
     safeguard = resumed["report"]["safeguard"]
     assert safeguard["compared"] == 12 and safeguard["fired"] > 0
     assert safeguard["by_field"]["logits"] > 0 and len(safeguard["fired_conditions"]) == safeguard["fired"]
-    fired_lines = [line for line in _lines(resumed["dir"]) if line.get("safeguard", {}).get("fired")]
-    assert {line["condition_id"] for line in fired_lines} == set(safeguard["fired_conditions"])
+    fired = [cid for cid, record in _records(resumed["dir"]).items() if record["safeguard"]["fired"]]
+    assert set(fired) == set(safeguard["fired_conditions"])
 
 
 def test_run_refuses_a_plan_edited_after_the_first_result(resumed, tmp_path):
     directory = Path(shutil.copytree(resumed["dir"], tmp_path / "copy"))
     digest = load_plan(directory)[1]
-    assert {line["plan_hash"] for line in _lines(directory)} == {digest}  # every result cites the plan
+    assert {record["plan_hash"] for record in _records(directory).values()} == {digest}  # every result cites the plan
     plan = json.loads((directory / PLAN_FILE).read_text())
     plan["analysis"]["margins"]["first_pass_keeps"] = 0.5  # loosen the margin after seeing results...
     (directory / PLAN_FILE).write_text(canonical_json(plan))
     with pytest.raises(CanvaslabError, match="edited after it was registered"):
         run_noise_study(directory, limit=1)
     (directory / HASH_FILE).write_text(f"{hash_plan_dict(plan)}  {PLAN_FILE}\n")  # ...and re-register it in place
-    with pytest.raises(CanvaslabError, match="changed after the first result"):
-        run_noise_study(directory, limit=1)
-    assert (directory / RESULTS_FILE).read_bytes() == (resumed["dir"] / RESULTS_FILE).read_bytes()
+    with pytest.raises(CanvaslabError, match="another plan: plan.registered_plan_sha256"):
+        run_noise_study(directory, batch_size=4, limit=1)
+    assert _records(directory) == _records(resumed["dir"])
 
 
 def test_a_plan_of_schema_1_still_loads_and_its_report_lists_the_changed_rules(tmp_path):
@@ -393,10 +356,24 @@ def test_a_plan_of_schema_1_still_loads_and_its_report_lists_the_changed_rules(t
 
 
 def test_resume_refuses_another_dtype_or_mode(resumed):
-    with pytest.raises(CanvaslabError, match="same --mode, --dtype"):
-        run_noise_study(resumed["dir"], dtype="bfloat16")
-    with pytest.raises(CanvaslabError, match="--mode"):
-        run_noise_study(resumed["dir"], mode="rowwise")
+    with pytest.raises(CanvaslabError, match="plan.execution.dtype was \"float32\", now \"bfloat16\""):
+        run_noise_study(resumed["dir"], batch_size=4, dtype="bfloat16")
+    with pytest.raises(CanvaslabError, match="plan.execution.mode"):
+        run_noise_study(resumed["dir"], batch_size=4, mode="rowwise")
+
+
+def test_fresh_starts_the_registered_plan_over_and_keeps_the_old_results(resumed, tiny, tmp_path):
+    directory = Path(shutil.copytree(resumed["dir"], tmp_path / "study"))
+    report = run_noise_study(directory, tiny, batch_size=12, limit=1, fresh=True)
+    assert report["outcome"]["ran"] == 1 and report["plan_hash"] == load_plan(directory)[1]
+    assert _records(tmp_path / "study.1") == _records(resumed["dir"])  # kept under a new name
+
+
+def test_a_folder_with_an_old_results_log_is_refused(tmp_path):
+    _register(tmp_path)
+    (tmp_path / OLD_RESULTS_FILE).write_text("{}\n")
+    with pytest.raises(CanvaslabError, match="older canvaslab"):
+        run_noise_study(tmp_path)
 
 
 @pytest.mark.slow

@@ -12,12 +12,11 @@ process (``repeat_control``): a resumed study compares signatures made in differ
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from canvaslab.analysis.batch_classes import common_classes, equivalence_classes
+from canvaslab.analysis.batch_size import batch_study_summary
 from canvaslab.capture import Capture, Recorder, compare_captures, detail
 from canvaslab.capture.canvas_path import CanvasPathRecorder, token_texts
 from canvaslab.capture.spread import positions_differing_per_pass
@@ -25,14 +24,14 @@ from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
 from canvaslab.invariant import replaced_ops
-from canvaslab.io import read_json, write_json_atomic
+from canvaslab.io import write_json_atomic
 from canvaslab.prompts import BUILTIN_PROMPTS, Prompt
 from canvaslab.studies.batch_size.design import batch_rows, check_row
-from canvaslab.studies.batch_size.repeat_control import check_repeat_control, run_repeat_control
+from canvaslab.studies.batch_size.repeat_control import check_repeat_control, model_spec, run_repeat_control
+from canvaslab.studies.engine import Study, run_study
 
 RESULT_FILE = "batch_study.json"
-PARTIAL_FILE = "batch_study.partial.json"
-# Part of the study key: a partial file whose signatures were made another way is not resumed.
+# Part of the plan: records whose signatures were made another way are not resumed.
 SIGNATURE_SCHEME = "sorted-pass-name-occurrence-v2"
 
 
@@ -156,115 +155,143 @@ def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_siz
     }
 
 
-def summarize(runs: list[dict], classes: list[list[int]], repeat_identical: bool) -> dict[str, Any]:
-    return {
-        "runs": len(runs),
-        "diverged": sum(r["diverged"] for r in runs),
-        "text_changed": sum(r["text_changed"] for r in runs),
-        "stop_changed": sum(r["stop_changed"] for r in runs),
-        "passes_total": sum(r["passes_total"] for r in runs),
-        "passes_matching": sum(r["passes_matching"] for r in runs),
-        "bytes_compared": sum(r["bytes_compared"] for r in runs),
-        "equivalence_classes": classes,
-        "repeat_control_identical": repeat_identical,
-    }
-
-
-def study_key(config: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def read_partial(out_dir: Path | None) -> dict[str, Any]:
-    """The saved runs of an interrupted study in ``out_dir`` ({} if none); a damaged file is one clear error.
-
-    Written atomically, the file is only damaged by hand or by another program; the study never guesses
-    which runs it could trust."""
-    path = None if out_dir is None else Path(out_dir) / PARTIAL_FILE
-    if path is None or not path.exists():
-        return {}
+def model_plan(loaded) -> dict[str, Any]:
+    """How a worker loads ``loaded`` again (``load_model``'s arguments), for the plan; an in-memory model
+    (not reloadable: the local executor only) is named by its source."""
     try:
-        partial = read_json(path)
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise CanvaslabError(f"{path} is damaged ({error}); remove it to start the study over, "
-                             "or use a new --out") from None
-    if not isinstance(partial, dict) or not isinstance(partial.get("runs"), list):
-        raise CanvaslabError(f"{path} is not a saved batch study; remove it to start the study over, "
-                             "or use a new --out")
-    return partial
+        return model_spec(loaded)
+    except CanvaslabError:
+        return {"source": loaded.source, "dtype": str(loaded.model.dtype).removeprefix("torch."),
+                "device": str(loaded.device)}
 
 
-def _load_partial(out_dir: Path | None, key: str) -> dict[str, Any]:
-    partial = read_partial(out_dir)
-    return partial if partial.get("study_key") == key else {}
+@dataclass
+class _Worker:
+    """A worker's model and what every unit of this study needs from it."""
+
+    loaded: Any
+    run: _Runner
+    encoded: dict[str, list[int]]
+    fillers: list[list[int]]
+    environment: dict[str, Any]
+
+
+class BatchSizeStudy(Study):
+    """The study as the engine runs it. A unit is one prompt: its B=1 reference and its batched runs, one
+    per batch size, compared on the same model and device (they must be: the comparison is byte for
+    byte). The first prompt's unit also runs the repeat control."""
+
+    name = "batch_size"
+    unit_label = "prompts"
+
+    def __init__(self, model: dict[str, Any], prompts: list[Prompt], settings: BatchStudySettings,
+                 loaded=None):
+        check_row(settings.row, settings.batch_sizes, settings.mode)
+        if len({p.prompt_id for p in prompts}) != len(prompts):
+            raise CanvaslabError("a prompt id is listed twice")
+        self.model, self.prompts, self.settings, self.loaded = model, list(prompts), settings, loaded
+
+    def __getstate__(self):  # a model stays in its process; Ray workers load their own
+        return {**self.__dict__, "loaded": None}
+
+    def plan(self) -> dict[str, Any]:
+        return {"model": self.model, "settings": asdict(self.settings),
+                "prompts": [asdict(p) for p in self.prompts], "signature_scheme": SIGNATURE_SCHEME}
+
+    def units(self) -> list[str]:
+        return [p.prompt_id for p in self.prompts]
+
+    def prepare(self) -> _Worker:
+        loaded = self.loaded
+        if loaded is None:
+            from canvaslab.models import load_model
+
+            spec = self.model
+            loaded = load_model(spec["spec"], dtype=spec["dtype"], device=spec["device"], layers=spec["layers"],
+                                seed=spec["seed"])
+        texts = {p.text for p in self.prompts}
+        environment = environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
+                                              mode=self.settings.mode, replaced_ops=replaced_ops(self.settings.mode),
+                                              rng=self.settings.rng)
+        return _Worker(loaded, _Runner(loaded, self.settings),
+                       {p.prompt_id: loaded.tokenizer(p.text)["input_ids"] for p in self.prompts},
+                       # --fill mixed: the other study prompts first, then built-in ones, so one prompt can be studied
+                       [loaded.tokenizer(text)["input_ids"] for text in BUILTIN_PROMPTS if text not in texts],
+                       environment)
+
+    def worker_info(self, state: _Worker) -> dict[str, Any]:
+        return {"environment": state.environment}
+
+    def run_group(self, state: _Worker, group: list[str], todo: list[str]):
+        for prompt_id in todo:
+            yield prompt_id, self._run_prompt(state, prompt_id)
+
+    def _run_prompt(self, state: _Worker, prompt_id: str) -> dict[str, Any]:
+        settings, index = self.settings, self.units().index(prompt_id)
+        prompt, ids = self.prompts[index], state.encoded[prompt_id]
+        reference = state.run([ids])
+        signatures = {"1": capture_signature(reference[0])}
+        repeat = None
+        if index == 0:
+            repeat = run_repeat_control(state.loaded, settings, ids, signatures["1"],
+                                        lambda: capture_signature(state.run([ids])[0]))
+        others = [state.encoded[p.prompt_id] for p in self.prompts if p.prompt_id != prompt_id] + state.fillers
+        runs = []
+        for batch_size in [b for b in settings.batch_sizes if b != 1]:
+            rows = batch_rows(ids, others, batch_size, settings.fill, settings.row)
+            result = compare_run(state.run, prompt, rows, reference, batch_size, settings.fill, settings.mode,
+                                 settings.row)
+            runs.append(result)
+            signatures[str(batch_size)] = result["signature"]
+        paths = [reference[1].canvas_path, *(r["canvas_path"] for r in runs)]
+        return {"prompt_id": prompt_id, "runs": runs, "signatures": signatures, "repeat_control": repeat,
+                "reference_canvas_path": reference[1].canvas_path,
+                "canvas_token_text": token_texts(state.loaded.tokenizer, paths),
+                "generation_defaults": state.loaded.generation_defaults,
+                # which device made this prompt's comparison (reference and batched runs alike)
+                "device": str(state.loaded.device), "device_name": state.environment["device"]}
+
+    def write_views(self, folder, records: dict[str, dict[str, Any]], workers: dict[str, dict[str, Any]]):
+        result = batch_study_view(self.plan(), records, workers)
+        write_json_atomic(Path(folder) / RESULT_FILE, result)
+        return result
+
+
+def batch_study_view(plan: dict[str, Any], records: dict[str, dict[str, Any]],
+                     workers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``batch_study.json`` from the stored prompt records alone (prompts in plan order)."""
+    order = [p["prompt_id"] for p in plan["prompts"]]
+    done = [records[pid] for pid in order if pid in records]
+    repeat = records[order[0]]["repeat_control"] if order and order[0] in records else None
+    summary = batch_study_summary(done, repeat)
+    model = plan["model"]
+    first = done[0] if done else {}
+    config = {"model": model.get("spec", model.get("source")), "dtype": model.get("dtype"),
+              "device": first.get("device", model.get("device")), "layers": model.get("layers"),
+              "model_seed": model.get("seed"), "generation": first.get("generation_defaults"),
+              "settings": plan["settings"], "prompts": plan["prompts"], "signature_scheme": plan["signature_scheme"]}
+    text: dict[str, str] = {}
+    for record in done:
+        text.update(record["canvas_token_text"])
+    return {
+        "study": "batch_size",
+        "config": config,
+        "environment": next((w["environment"] for w in workers.values() if "environment" in w), None),
+        "equivalence_classes_per_prompt": summary["equivalence_classes_per_prompt"],
+        "runs": summary["runs"],
+        "repeat_control": repeat,
+        "summary": summary["summary"],
+        # Row 0's B=1 denoising path per prompt and the text of every token on a recorded path.
+        "reference_canvas_paths": {r["prompt_id"]: r["reference_canvas_path"] for r in done},
+        "canvas_token_text": dict(sorted(text.items(), key=lambda item: int(item[0]))),
+        "complete": len(done) == len(order),
+    }
 
 
 def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings, *, out_dir: str | Path | None = None,
-                    progress: Callable[[int, int, str], None] | None = None,
-                    config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run the study; with ``out_dir``, finished runs are saved after each one and a rerun resumes.
-
-    ``progress(done, total, doing)`` counts finished batched runs; it is called before each run
-    (``doing`` names it) and once more when all are done."""
-    check_row(settings.row, settings.batch_sizes, settings.mode)
-    out_dir = Path(out_dir) if out_dir is not None else None
-    config = {**(config or {}), "settings": asdict(settings), "prompts": [asdict(p) for p in prompts],
-              "signature_scheme": SIGNATURE_SCHEME}
-    key = study_key(config)
-    partial = _load_partial(out_dir, key)
-    runs: list[dict] = partial.get("runs", [])
-    signatures: dict[str, dict[str, str]] = partial.get("signatures", {})
-    repeat = partial.get("repeat_control")
-    reference_paths: dict[str, dict] = partial.get("reference_canvas_paths", {})
-    done = {(r["prompt_id"], r["batch_size"]) for r in runs}
-    run = _Runner(loaded, settings)
-    encoded = [loaded.tokenizer(p.text)["input_ids"] for p in prompts]
-    # --fill mixed: the other study prompts first, then built-in prompts, so one prompt can be studied too
-    fillers = [loaded.tokenizer(text)["input_ids"] for text in BUILTIN_PROMPTS if text not in {p.text for p in prompts}]
-    total = len(prompts) * sum(1 for b in settings.batch_sizes if b != 1)
-    notify = progress or (lambda done, total, doing: None)
-    for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
-        todo = [b for b in settings.batch_sizes if b != 1 and (prompt.prompt_id, b) not in done]
-        if not todo and (repeat is not None or index):
-            continue
-        notify(len(runs), total, f"{prompt.prompt_id}: B=1 reference")
-        reference = run([ids])
-        signatures.setdefault(prompt.prompt_id, {})["1"] = capture_signature(reference[0])
-        reference_paths[prompt.prompt_id] = reference[1].canvas_path
-        if repeat is None:
-            notify(len(runs), total, f"{prompt.prompt_id}: B=1 repeat control ({settings.repeat_control})")
-            repeat = run_repeat_control(loaded, settings, ids, signatures[prompt.prompt_id]["1"],
-                                        lambda: capture_signature(run([ids])[0]))
-        others = encoded[:index] + encoded[index + 1:] + fillers
-        for batch_size in todo:
-            notify(len(runs), total, f"{prompt.prompt_id}: B={batch_size}")
-            rows = batch_rows(ids, others, batch_size, settings.fill, settings.row)
-            result = compare_run(run, prompt, rows, reference, batch_size, settings.fill, settings.mode, settings.row)
-            runs.append(result)
-            signatures[prompt.prompt_id][str(batch_size)] = result["signature"]
-            if out_dir is not None:
-                write_json_atomic(out_dir / PARTIAL_FILE, {"study_key": key, "runs": runs, "signatures": signatures,
-                                                           "repeat_control": repeat,
-                                                           "reference_canvas_paths": reference_paths})
-    notify(len(runs), total, "")
-    order = {(p.prompt_id, b): i for i, p in enumerate(prompts) for b in settings.batch_sizes}
-    runs.sort(key=lambda r: order[(r["prompt_id"], r["batch_size"])])
-    per_prompt = {pid: equivalence_classes({int(b): s for b, s in sigs.items()}) for pid, sigs in signatures.items()}
-    classes = common_classes(list(per_prompt.values()))
-    result = {
-        "study": "batch_size",
-        "config": config,
-        "environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
-                                               mode=settings.mode, replaced_ops=replaced_ops(settings.mode),
-                                               rng=settings.rng),
-        "equivalence_classes_per_prompt": per_prompt,
-        "runs": runs,
-        "repeat_control": repeat,
-        "summary": summarize(runs, classes, bool(repeat and repeat["identical"])),
-        # Row 0's B=1 denoising path per prompt and the text of every token on a recorded path.
-        "reference_canvas_paths": reference_paths,
-        "canvas_token_text": token_texts(loaded.tokenizer, [*reference_paths.values(), *(r["canvas_path"] for r in runs)]),
-    }
-    if out_dir is not None:
-        write_json_atomic(out_dir / RESULT_FILE, result)
-        (out_dir / PARTIAL_FILE).unlink(missing_ok=True)
+                    progress: Callable[[int, int, str], None] | None = None, **engine: Any) -> dict[str, Any]:
+    """Run (or resume) the study on ``loaded``; with ``out_dir`` every finished prompt is stored and a rerun
+    resumes. ``progress(done, total, doing)`` counts finished prompts; ``engine``: ``run_study``'s options."""
+    study = BatchSizeStudy(model_plan(loaded), prompts, settings, loaded=loaded)
+    result, _ = run_study(study, out_dir, progress=progress, **engine)
     return result

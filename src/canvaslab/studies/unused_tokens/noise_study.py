@@ -13,17 +13,19 @@ holding a pending condition:
    single runs: the batch safeguard (``batch_safeguard``). Conditions of the batch already done are
    run again as rows, not recorded again.
 
-Each finished condition is appended to ``results.jsonl`` with the plan hash it ran under
-(``results_log``). The run refuses to start when ``plan.json`` no longer matches ``plan.sha256``, when the
-results cite another plan hash (the plan changed after the first result), or when they were produced
-under another mode, dtype, device type or batch size (mixing them would corrupt the paired analysis or
-the safeguard). At the end it writes ``noise_study.json`` from the results file alone, conditions in plan
-order: effects with CIs, TOST p-values and verdicts, the answer to the question, the safeguard counts
-and the environment. Nothing in it depends on when the run was interrupted.
+The study runs on the study engine: a unit is a condition, a group is one (prompt, seed, budget), whose
+no-plant baseline is generated once per group run. Each finished condition's record (with the plan hash
+it ran under) is stored by the engine (``DIR/store``). The engine's plan is the registered plan's hash
+plus what must stay constant across resumes (mode, dtype, device type, batch size): a rerun with another
+one, or after ``plan.json`` was re-registered in place, is refused naming the field. At the end
+``noise_study.json`` is written from the stored records alone, conditions in plan order: effects with
+CIs, TOST p-values and verdicts, the answer to the question, the safeguard counts and the environment.
+Nothing in it depends on when the run was interrupted, nor on which executor ran it.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict
 from itertools import groupby
 from pathlib import Path
@@ -38,14 +40,15 @@ from canvaslab.generation import generate
 from canvaslab.invariant import generation_mode, replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import LoadedModel, load_model
+from canvaslab.studies.engine import Study, run_study
+from canvaslab.studies.engine.plan import start_fresh
 from canvaslab.studies.unused_tokens.batch_safeguard import safeguard_entry, summarize_safeguard
 from canvaslab.studies.unused_tokens.conditions import Condition, base_noise, enumerate_conditions
-from canvaslab.studies.unused_tokens.plan import PLAN_FILE, NoisePlan, load_plan, plan_deviations
+from canvaslab.studies.unused_tokens.plan import HASH_FILE, PLAN_FILE, NoisePlan, load_plan, plan_deviations
 from canvaslab.studies.unused_tokens.planted_observer import Observation, PlantedPositionObserver
-from canvaslab.studies.unused_tokens.results_log import ResultsLog
 from canvaslab.studies.unused_tokens.vocab_scan import find_unused_tokens
 
-RESULTS_FILE = "results.jsonl"
+OLD_RESULTS_FILE = "results.jsonl"  # the results log before the study engine
 REPORT_FILE = "noise_study.json"
 ProgressCallback = Callable[[int, int, str], None]
 
@@ -81,28 +84,6 @@ def execution_settings(loaded: LoadedModel, mode: str, batch_size: int) -> dict[
     """What a run must keep constant across resumes: these change the numbers being compared."""
     return {"mode": mode, "dtype": str(loaded.model.dtype).removeprefix("torch."), "device_type": loaded.device.type,
             "batch_size": batch_size}
-
-
-def _check_plan_unchanged(records: list[dict], plan_hash: str, results: Path) -> None:
-    cited = sorted({str(r.get("plan_hash")) for r in records} - {plan_hash})
-    if cited:
-        raise CanvaslabError(f"{PLAN_FILE} changed after the first result was written: {results} cites plan "
-                             f"{cited[0][:12]}..., the plan now hashes to {plan_hash[:12]}...; restore the "
-                             "registered plan, or register the new one in a new folder")
-
-
-def _check_same_execution(records: list[dict], execution: dict[str, Any], results: Path) -> None:
-    if not records or records[0]["execution"] == execution:
-        return
-    theirs = records[0]["execution"]
-    if "batch_size" not in theirs:
-        raise CanvaslabError(f"{results} was written by an older canvaslab whose safeguard batches depended on "
-                             "where a run was interrupted; resuming it would mix two batchings: run the plan "
-                             "again in a new folder (copy plan.json and plan.sha256)")
-    settings = ", ".join(f"{k} {v}" for k, v in theirs.items())
-    flags = ", ".join(f"--{k.removesuffix('_type').replace('_', '-')} {v}" for k, v in theirs.items())
-    raise CanvaslabError(f"{results} was produced with {settings}; resume with the same --mode, --dtype, --device "
-                         f"and --batch-size ({flags}): mixing them would corrupt the paired analysis or the safeguard")
 
 
 class _RowRunner:
@@ -141,11 +122,6 @@ def planned_batches(conditions: list[Condition], batch_size: int) -> list[list[C
     return batches
 
 
-def _baseline_record(condition: Condition, observation: Observation, plan_hash: str, execution: dict) -> dict:
-    return {"kind": "baseline", "plan_hash": plan_hash, "base_id": condition.base_id, "execution": execution,
-            "observation": observation.to_record()}
-
-
 def _condition_record(condition: Condition, single: Observation, copies: list[Observation], batch_rows: int,
                       baseline: dict, plan_hash: str, execution: dict) -> dict:
     observed = single.to_record()
@@ -182,8 +158,8 @@ def finished_conditions(records: list[dict], conditions: list[Condition]) -> lis
     return sorted(first.values(), key=lambda record: order[record["condition_id"]])
 
 
-def _report(plan: NoisePlan, plan_hash: str, records: list[dict], planned: list[Condition], loaded: LoadedModel,
-            execution: dict) -> dict[str, Any]:
+def _report(plan: NoisePlan, plan_hash: str, records: list[dict], planned: list[Condition],
+            environment: dict | None, execution: dict) -> dict[str, Any]:
     conditions = finished_conditions(records, planned)
     outcomes = [o["name"] for o in plan.outcomes]
     effects = noise_study_effects(conditions, asdict(plan.analysis), outcomes)
@@ -202,51 +178,114 @@ def _report(plan: NoisePlan, plan_hash: str, records: list[dict], planned: list[
         "conclusion": conclusion(effects, plan.analysis.primary_outcome),
         "safeguard": summarize_safeguard(conditions),
         "deviations_from_plan": plan_deviations(plan),
-        "environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
-                                               mode=execution["mode"], replaced_ops=replaced_ops(execution["mode"]),
-                                               rng=plan.generation["rng"]),
+        "environment": environment,
     }
+
+
+class NoiseStudy(Study):
+    """The registered plan in ``plan_dir`` as the engine runs it (see the module docstring)."""
+
+    name = "unused_tokens"
+    unit_label = "conditions"
+
+    def __init__(self, plan_dir: Path, plan: NoisePlan, plan_hash: str, execution: dict[str, Any], device: str,
+                 loaded: LoadedModel | None = None):
+        self.plan_dir, self.registered, self.plan_hash = Path(plan_dir), plan, plan_hash
+        self.execution, self.device, self.loaded = execution, device, loaded
+
+    def __getstate__(self):
+        return {**self.__dict__, "loaded": None}
+
+    def plan(self) -> dict[str, Any]:
+        return {"registered_plan_sha256": self.plan_hash, "execution": self.execution}
+
+    def conditions(self) -> list[Condition]:
+        return enumerate_conditions(self.registered)
+
+    def units(self) -> list[str]:
+        return [condition.condition_id for condition in self.conditions()]
+
+    def groups(self) -> list[list[str]]:
+        return [[c.condition_id for c in group]
+                for _, group in groupby(self.conditions(), key=lambda condition: condition.base_id)]
+
+    def prepare(self) -> _RowRunner:
+        loaded = self.loaded or load_plan_model(self.registered, device=self.device, dtype=self.execution["dtype"])
+        check_model_matches_plan(loaded, self.registered)
+        return _RowRunner(loaded, self.registered, self.execution["mode"])
+
+    def worker_info(self, run: _RowRunner) -> dict[str, Any]:
+        mode = self.execution["mode"]
+        return {"environment": environment_fingerprint(run.loaded.model, run.loaded.device,
+                                                       model_source=run.loaded.source, mode=mode,
+                                                       replaced_ops=replaced_ops(mode),
+                                                       rng=self.registered.generation["rng"])}
+
+    def run_group(self, run: _RowRunner, group: list[str], todo: list[str]):
+        """The group's baseline once, then each planned safeguard batch holding a ``todo`` condition."""
+        members = [c for c in self.conditions() if c.condition_id in set(group)]
+        baseline = {"observation": run([members[0]], plant=False)[0].to_record()}
+        for batch in planned_batches(members, self.execution["batch_size"]):
+            pending = [condition for condition in batch if condition.condition_id in todo]
+            if pending:
+                for record in _run_batch(run, batch, pending, baseline, self.plan_hash, self.execution):
+                    yield record["condition_id"], record
+
+    def write_views(self, folder, records, workers) -> dict[str, Any]:
+        environment = next((w["environment"] for w in workers.values() if "environment" in w), None)
+        report = _report(self.registered, self.plan_hash, list(records.values()), self.conditions(), environment,
+                         self.execution)
+        write_json_atomic(Path(folder) / REPORT_FILE, report)
+        return report
+
+
+def _refuse_old_results(plan_dir: Path) -> None:
+    if (plan_dir / OLD_RESULTS_FILE).exists():
+        raise CanvaslabError(f"{plan_dir / OLD_RESULTS_FILE} was written by an older canvaslab (before the study "
+                             "engine); run the plan in a new folder (copy plan.json and plan.sha256)")
 
 
 def run_noise_study(plan_dir: str | Path, loaded: LoadedModel | None = None, *, device: str = "cpu",
                     dtype: str = "auto", batch_size: int = 8, mode: str = "stock", limit: int | None = None,
-                    progress: ProgressCallback | None = None) -> dict[str, Any]:
+                    progress: ProgressCallback | None = None, **engine: Any) -> dict[str, Any]:
     """Run (or resume) the plan in ``plan_dir``; returns what it writes to ``noise_study.json``.
 
     ``loaded`` defaults to the plan's model on ``device``/``dtype``; ``limit`` caps the conditions run this
-    time; ``progress(done, total, condition_id)`` is called after each condition's line is written.
+    time; ``progress(done, total, doing)`` counts finished conditions; ``engine``: ``run_study``'s options.
     """
     if batch_size < 1 or (limit is not None and limit < 1):
         raise CanvaslabError(f"--batch-size and --limit must be at least 1 (got {batch_size} and {limit})")
     plan_dir = Path(plan_dir)
     plan, plan_hash = load_plan(plan_dir)
-    log = ResultsLog(plan_dir / RESULTS_FILE)
-    records = log.read()
-    _check_plan_unchanged(records, plan_hash, log.path)
-    loaded = loaded or load_plan_model(plan, device=device, dtype=dtype)
-    check_model_matches_plan(loaded, plan)
-    with generation_mode(loaded.model, mode):  # an unknown or unavailable mode fails here, before any run
-        pass
-    execution = execution_settings(loaded, mode, batch_size)
-    _check_same_execution(records, execution, log.path)
-    conditions = enumerate_conditions(plan)
-    done = {r["condition_id"] for r in records if r["kind"] == "condition"}
-    baselines = {r["base_id"]: r for r in records if r["kind"] == "baseline"}
-    selected = {c.condition_id for c in [c for c in conditions if c.condition_id not in done][:limit]}
-    run = _RowRunner(loaded, plan, mode)
-    for batch in planned_batches(conditions, batch_size):
-        todo = [condition for condition in batch if condition.condition_id in selected]
-        if not todo:
-            continue
-        base = batch[0]
-        if base.base_id not in baselines:
-            observation = run([base], plant=False)[0]
-            baselines[base.base_id] = log.append(_baseline_record(base, observation, plan_hash, execution))
-        for record in _run_batch(run, batch, todo, baselines[base.base_id], plan_hash, execution):
-            records.append(log.append(record))
-            done.add(record["condition_id"])
-            if progress is not None:
-                progress(len(done), len(conditions), record["condition_id"])
-    report = _report(plan, plan_hash, records, conditions, loaded, execution)
-    write_json_atomic(plan_dir / REPORT_FILE, report)
+    _refuse_old_results(plan_dir)
+    if engine.pop("fresh", False):  # start the registered plan over: the old folder is kept, its plan copied back
+        kept = start_fresh(plan_dir)
+        plan_dir.mkdir()
+        for name in (PLAN_FILE, HASH_FILE):
+            shutil.copy2(kept / name, plan_dir / name)
+    if engine.get("executor", "local") == "local":
+        loaded = loaded or load_plan_model(plan, device=device, dtype=dtype)
+        check_model_matches_plan(loaded, plan)
+        with generation_mode(loaded.model, mode):  # an unknown or unavailable mode fails here, before any run
+            pass
+        execution = execution_settings(loaded, mode, batch_size)
+    else:
+        execution = {"mode": mode, "dtype": _dtype_name(plan, dtype), "device_type": device.split(":")[0],
+                     "batch_size": batch_size}
+    study = NoiseStudy(plan_dir, plan, plan_hash, execution, device, loaded=loaded)
+    report, outcome = run_study(study, plan_dir, progress=progress, limit=limit, **engine)
+    report = dict(report)
+    report["outcome"] = {"ran": outcome.ran, "skipped": outcome.skipped, "failed": outcome.failed}
     return report
+
+
+def _dtype_name(plan: NoisePlan, dtype: str) -> str:
+    """The dtype a worker will load the plan's model in (``auto``: the model's own), without loading it."""
+    if dtype != "auto":
+        return dtype
+    from canvaslab.models.presets import PRESETS
+
+    preset = PRESETS.get(plan.model.spec)
+    if preset is None:
+        raise CanvaslabError("--executor ray needs --dtype for a model that is not a preset")
+    return str(preset.default_dtype).removeprefix("torch.")

@@ -1,0 +1,34 @@
+"""``canvaslab export DIR --format parquet``: a study folder's stored units as one table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from canvaslab.cli import options
+from canvaslab.cli.app import app
+from canvaslab.errors import CanvaslabError
+
+FORMATS = ("parquet",)  # canvaslab.studies.engine.export.FORMATS (held equal by a test)
+
+
+def _study_folder(ctx, param, value):
+    if not (value / "store" / "plan.json").is_file():
+        raise CanvaslabError(f"DIRECTORY {value}: holds no study store (store/plan.json); give a folder a study wrote")
+    return value
+
+
+@app.command("export")
+def export(
+    directory: Annotated[Path, typer.Argument(help="a study folder (any study's --out)", callback=_study_folder)],
+    format: Annotated[str, typer.Option("--format", help="parquet", callback=options.one_of(FORMATS))] = "parquet",
+    out: Annotated[Optional[Path], typer.Option("--out", help="the file to write (default DIR/records.parquet)",
+                                                callback=options.writable_file)] = None,
+) -> None:
+    """One row per finished unit (its record's fields as columns), readable by pandas and DuckDB."""
+    from canvaslab.studies.engine.export import export_parquet
+
+    path = export_parquet(directory, out or directory / "records.parquet")
+    typer.echo(f"wrote {path}")

@@ -1,0 +1,51 @@
+"""One engine for every study: plan -> units -> store -> summary.
+
+Every study (batch size, op scan, commit order, unused tokens) is a ``Study``: a frozen plan whose
+sha256 is its identity (``plan``), units with stable ids derived from it, a way to run a group of units
+on a model, and views (the summary and result files) computed from the stored records alone
+(``Study.write_views``). ``run_study`` registers the plan before any unit runs (refusing a folder whose
+plan differs), runs what the store lacks with the chosen executor (``executors``), and writes the views.
+So resume, crash safety, concurrency, retries, progress and Ray are each built once, here.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from canvaslab.errors import CanvaslabError
+from canvaslab.studies.engine.executors import EXECUTORS, Outcome, Progress, run_local, run_ray
+from canvaslab.studies.engine.plan import register, start_fresh
+from canvaslab.studies.engine.store import Store
+from canvaslab.studies.engine.study import Study
+
+__all__ = ["EXECUTORS", "Outcome", "Study", "run_study"]
+
+
+def run_study(study: Study, folder: str | Path | None, *, executor: str = "local", retries: int = 0,
+              progress: Progress | None = None, ray_address: str | None = None, workers: int | None = None,
+              fresh: bool = False, state: Any = None, limit: int | None = None) -> tuple[dict[str, Any], Outcome]:
+    """Run (or resume) ``study`` in ``folder``; returns its views' content and the outcome.
+
+    ``folder`` None runs in a temporary folder (nothing kept). ``state``: an already prepared worker state
+    for the local executor (e.g. a model the caller loaded); ``limit``: run at most that many pending units."""
+    if executor not in EXECUTORS:
+        raise CanvaslabError(f"--executor {executor!r} must be one of {', '.join(EXECUTORS)}")
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix="canvaslab-study-") as scratch:
+            return run_study(study, scratch, executor=executor, retries=retries, progress=progress,
+                             ray_address=ray_address, workers=workers, state=state, limit=limit)
+    folder = Path(folder)
+    if fresh:
+        start_fresh(folder)
+    store = Store(folder, register(folder, study.name, study.plan()))
+    if executor == "ray":
+        outcome = run_ray(study, store, retries=retries, progress=progress, address=ray_address, workers=workers,
+                          limit=limit)
+    else:
+        outcome = run_local(study, store, retries=retries, progress=progress, state=state, limit=limit)
+    stored = store.stored(study.units())
+    views = study.write_views(folder, {u: s["record"] for u, s in stored.items()},
+                              {u: s["worker"] for u, s in stored.items()})
+    return views, outcome

@@ -1,0 +1,57 @@
+"""Export a study's store as one Parquet table, for pandas, DuckDB, Polars or an experiment tracker.
+
+One row per finished unit: ``study``, ``plan_sha256``, ``unit``, then every top-level field of its record
+as a column (scalars as they are; lists and objects as JSON text, so every column has one type whatever a
+study records), ``worker`` (where it ran, JSON) and ``record`` (the whole record, JSON). Failed units are
+listed with their error in ``failed`` and no record.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from canvaslab.errors import CanvaslabError
+from canvaslab.io import atomic_writer
+from canvaslab.studies.engine.plan import registered_plan, sha256_of
+from canvaslab.studies.engine.store import Store
+
+FORMATS = ("parquet",)
+
+
+def _cell(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+
+
+def store_rows(folder: Path) -> list[dict[str, Any]]:
+    registered = registered_plan(folder)
+    if registered is None:
+        raise CanvaslabError(f"{folder} holds no study store (store/plan.json); give a folder a study wrote")
+    digest = sha256_of(registered)
+    store = Store(folder, digest)
+    units = list(store.stored_units())
+    rows = []
+    for unit, stored in store.stored(units).items():
+        fields = {f"record.{key}": _cell(value) for key, value in stored["record"].items()}
+        rows.append({"study": registered["study"], "plan_sha256": digest, "unit": unit, "failed": None, **fields,
+                     "worker": json.dumps(stored["worker"], sort_keys=True),
+                     "record": json.dumps(stored["record"], sort_keys=True)})
+    for unit, failure in store.failures().items():
+        if unit not in units:
+            rows.append({"study": registered["study"], "plan_sha256": digest, "unit": unit,
+                         "failed": failure["error"]})
+    return rows
+
+
+def export_parquet(folder: str | Path, path: str | Path) -> Path:
+    """Write ``folder``'s store to ``path`` (atomically, ``canvaslab.io.atomic_writer``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = store_rows(Path(folder))
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    table = pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
+    with atomic_writer(path, binary=True) as handle:
+        pq.write_table(table, handle)
+    return Path(path)

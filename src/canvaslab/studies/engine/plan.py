@@ -1,0 +1,133 @@
+"""A study's plan: frozen, canonical, hashed, and registered in its folder before any unit runs.
+
+Pre-registration for every study. A plan is plain JSON data (settings, prompts, model, everything that
+decides what runs and which numbers come out); its canonical text (sorted keys, no spaces, UTF-8) is
+hashed with sha256, and that hash is the study's identity: every stored record cites it. ``register``
+writes ``DIR/store/plan.json`` (+ ``plan.sha256``) the first time and, on every later run into ``DIR``,
+refuses a plan that differs, naming the first field that does, so a study never mixes results made under
+two designs. ``--fresh`` starts over explicitly: the old folder is kept under a new name, never deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from canvaslab.errors import CanvaslabError
+from canvaslab.io import read_json, write_text_atomic
+
+STORE_DIR = "store"
+PLAN_FILE = "plan.json"
+HASH_FILE = "plan.sha256"
+
+
+def canonical_json(value: Any) -> str:
+    """The one text of ``value``: sorted keys, no whitespace, NaN refused (it has no JSON spelling)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_of(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def first_difference(old: Any, new: Any, path: str = "") -> str | None:
+    """The dotted path of the first field (in sorted key order) where ``old`` and ``new`` differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            where = f"{path}.{key}" if path else str(key)
+            if key not in old or key not in new:
+                return where
+            found = first_difference(old[key], new[key], where)
+            if found:
+                return found
+        return None
+    if isinstance(old, list) and isinstance(new, list):
+        for index, (a, b) in enumerate(zip(old, new)):
+            found = first_difference(a, b, f"{path}[{index}]")
+            if found:
+                return found
+        return path if len(old) != len(new) else None  # one list is longer: name the list
+    return None if old == new else (path or "(the plan)")
+
+
+def _short(value: Any) -> str:
+    text = canonical_json(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _lookup(value: Any, path: str) -> Any:
+    """The value at a path ``first_difference`` returned (None where it is absent)."""
+    for part in path.replace("[", ".[").split("."):
+        if not part:
+            continue
+        if part.startswith("["):
+            value = value[int(part[1:-1])] if isinstance(value, list) else None
+        else:
+            value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def frozen(study: str, plan: dict[str, Any]) -> dict[str, Any]:
+    """The registered form: the study's name beside its plan, round-tripped through canonical JSON
+    (tuples become lists, so the plan compares equal to what a later run reads back)."""
+    return json.loads(canonical_json({"study": study, "plan": plan}))
+
+
+def start_fresh(folder: Path) -> Path | None:
+    """Move an existing study folder aside (``DIR.1``, ``DIR.2``, ...) so the study starts over; its new name."""
+    folder = Path(folder)
+    if not folder.exists() or not any(folder.iterdir()):
+        return None
+    number = 1
+    while Path(f"{folder}.{number}").exists():
+        number += 1
+    kept = Path(f"{folder}.{number}")
+    os.rename(folder, kept)
+    return kept
+
+
+def check_registered(folder: Path | None, study: str, plan: dict[str, Any]) -> bool:
+    """Refuse (one line) a plan other than the one registered in ``folder``; True if one is registered.
+
+    Commands call this before loading a model, so a mistaken rerun costs nothing."""
+    if folder is None:
+        return False
+    path = Path(folder) / STORE_DIR / PLAN_FILE
+    if not path.exists():
+        return False
+    registered = frozen(study, plan)
+    try:
+        old = read_json(path)
+    except (OSError, ValueError) as error:
+        raise CanvaslabError(f"{path} is damaged ({error}); use --fresh to start over "
+                             "(the folder is kept under a new name)") from None
+    where = first_difference(old, registered)
+    if where is not None:
+        raise CanvaslabError(
+            f"{folder} holds a study with another plan: {where} was {_short(_lookup(old, where))}, now "
+            f"{_short(_lookup(registered, where))}; rerun with the same choices, or --fresh to start over "
+            "(the old folder is kept under a new name)")
+    return True
+
+
+def register(folder: Path, study: str, plan: dict[str, Any]) -> str:
+    """Write the plan before any unit runs, or check it against the one registered; returns its sha256.
+
+    Two processes registering the same plan at once both succeed (the text is the same; the write is atomic).
+    """
+    registered = frozen(study, plan)
+    digest = sha256_of(registered)
+    if not check_registered(folder, study, plan):
+        store = Path(folder) / STORE_DIR
+        write_text_atomic(store / PLAN_FILE, canonical_json(registered) + "\n")
+        write_text_atomic(store / HASH_FILE, f"{digest}  {PLAN_FILE}\n")
+    return digest
+
+
+def registered_plan(folder: Path) -> dict[str, Any] | None:
+    """The registered ``{"study", "plan"}`` of a folder, or None."""
+    path = Path(folder) / STORE_DIR / PLAN_FILE
+    return read_json(path) if path.exists() else None

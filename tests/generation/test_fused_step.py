@@ -1,0 +1,153 @@
+"""Invariant mode's fused denoising step (``canvaslab.generation.fused_step``), run on the CPU through
+Triton's interpreter: it is forced on here (on CUDA it is the default in invariant mode).
+
+Checked: a row's whole generation (tokens, stopping point, every pass's entropy and self-conditioning
+logits) is the same alone and inside batches, at other positions, among other prompts; its first pass
+agrees with transformers' step (same inputs) up to rounding; its acceptance and stopping rules given the
+entropy are transformers' rules given the logits.
+"""
+
+import os
+
+import pytest
+import torch
+
+import canvaslab.generation.runner as runner
+from canvaslab.generation import generate
+from canvaslab.generation.fused_step import FusedStep
+from canvaslab.generation.row_randomness import RowRandomness
+from canvaslab.generation.sampler import RowKeyedSampler
+
+pytest.importorskip("triton")
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
+                                reason="Triton needs a GPU or TRITON_INTERPRET=1")
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import (  # noqa: E402
+    EntropyBoundSamplerConfig,
+)
+
+STEPS = {"max_denoising_steps": 3, "max_new_tokens": 32}
+
+
+class _Passes:
+    """Every pass's entropy, accepted mask and observed logits for one row."""
+
+    def __init__(self, row):
+        self.row, self.seen = row, []
+
+    def on_accept(self, *, logits, accepted_mask, accepted_canvas, cur_step, entropy):
+        self.seen.append((entropy[self.row].clone(), accepted_mask[self.row].clone(), logits[self.row].clone()))
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    calls = []
+    original = FusedStep.__call__
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "streams_vocabulary", lambda model: True)
+    monkeypatch.setattr(FusedStep, "__call__", counted)
+    return calls
+
+
+def _run(loaded, prompts, row, mode="invariant"):
+    passes = _Passes(row)
+    out = generate(loaded, prompts, mode=mode, generation=STEPS, observers=[passes], seed=3)
+    return out.rows[row], passes.seen
+
+
+def test_fused_generation_is_the_same_alone_and_in_batches(tiny_short_canvas, fused):
+    tokenizer = tiny_short_canvas.tokenizer
+    prompt = tokenizer("the man said that the water in the river was cold")["input_ids"]
+    other = tokenizer("why is the sky blue ?")["input_ids"]
+    alone, alone_passes = _run(tiny_short_canvas, [prompt], 0)
+    assert fused, "the fused step did not run"
+    for prompts, row in (([other, prompt, other], 1), ([prompt] * 4, 3)):
+        result, passes = _run(tiny_short_canvas, prompts, row)
+        assert result.tokens == alone.tokens and result.stop_point == alone.stop_point
+        assert len(passes) == len(alone_passes) > 0
+        for (entropy, mask, logits), (entropy_1, mask_1, logits_1) in zip(passes, alone_passes):
+            assert torch.equal(entropy, entropy_1) and torch.equal(mask, mask_1) and torch.equal(logits, logits_1)
+
+
+def test_first_pass_agrees_with_transformers_step(tiny_short_canvas, fused, monkeypatch):
+    prompt = tiny_short_canvas.tokenizer("a cold river")["input_ids"]
+    generation = {"max_denoising_steps": 1, "max_new_tokens": 32}
+    observed = {}
+    for name, streams in (("fused", True), ("stock", False)):
+        monkeypatch.setattr(runner, "streams_vocabulary", lambda model, streams=streams: streams)
+        passes = _Passes(0)
+        out = generate(tiny_short_canvas, [prompt], mode="invariant", generation=generation, observers=[passes], seed=1)
+        observed[name] = (out.rows[0].tokens, *passes.seen[0])
+    tokens, entropy, _, logits = observed["fused"]
+    stock_tokens, stock_entropy, _, stock_logits = observed["stock"]
+    assert tokens == stock_tokens  # the argmax canvas: same logits up to rounding
+    torch.testing.assert_close(entropy, stock_entropy, rtol=1e-5, atol=1e-5)
+    assert logits.dtype == tiny_short_canvas.model.dtype  # the self-conditioning logits, as handed on
+    torch.testing.assert_close(logits.float(), stock_logits.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_acceptance_from_entropy_is_transformers_rule():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 16, 50, generator=gen) * torch.rand(3, 16, 1, generator=gen) * 12
+    current, denoiser = torch.randint(0, 50, (2, 3, 16), generator=gen)
+    sampler = RowKeyedSampler(config=EntropyBoundSamplerConfig(entropy_bound=1.5), canvas_length=16, vocab_size=50,
+                              max_denoising_steps=4, randomness=RowRandomness(seed=0, requests=["a", "b", "c"]))
+    expected = sampler.accept_canvas(current, denoiser, logits, 4)
+    expected_mask = sampler.accepted_token_mask
+    entropy = torch.distributions.Categorical(logits=logits).entropy()
+    assert torch.equal(sampler.accept_by_entropy(current, denoiser, entropy), expected)
+    assert torch.equal(sampler.accepted_token_mask, expected_mask) and 0 < expected_mask.sum() < expected_mask.numel()
+
+
+@pytest.mark.parametrize("stability", [0, 1, 2])
+def test_stop_from_entropy_is_transformers_rule(stability):
+    gen = torch.Generator().manual_seed(stability)
+    by_logits = runner._StopRecorder(stability_threshold=stability, confidence_threshold=0.5, batch_size=3)
+    by_entropy = runner._StopRecorder(stability_threshold=stability, confidence_threshold=0.5, batch_size=3)
+    by_logits.reset(), by_entropy.reset()
+    argmax = torch.randint(0, 5, (3, 8), generator=gen)
+    stops = []
+    for sharpness in (1.0, 40.0, 40.0, 40.0):  # confident from the second pass; stable once argmax repeats
+        logits = torch.randn(3, 8, 30, generator=gen) * sharpness
+        logits[1] /= sharpness  # row 1 never confident
+        entropy = torch.distributions.Categorical(logits=logits).entropy()
+        expected = by_logits(argmax, logits)
+        assert torch.equal(by_entropy.stop_from_entropy(argmax, entropy), expected)
+        stops.append(expected.tolist())
+    assert by_entropy.canvases == by_logits.canvases
+    assert any(any(s) for s in stops) and not any(s[1] for s in stops)
+
+
+class _ReplayedOnCpu(__import__("canvaslab.generation.fused_step", fromlist=["CapturedPass"]).CapturedPass):
+    """A stand-in for a CUDA graph on the CPU: "replay" reruns the captured function on the captured input
+    tensors and writes into the captured outputs, which is what a graph does with its recorded kernels."""
+
+    def _capture(self, run):
+        self.run = run
+        return run(*self.inputs)
+
+    def _replay(self):
+        for static, fresh in zip(self.outputs, self.run(*self.inputs)):
+            static.copy_(fresh)
+
+
+def test_replayed_passes_give_the_eager_generation(tiny_short_canvas, fused, monkeypatch):
+    prompt = tiny_short_canvas.tokenizer("the man said that the water in the river was cold")["input_ids"]
+    other = tiny_short_canvas.tokenizer("why is the sky blue ?")["input_ids"]
+    generation = {"max_denoising_steps": 5, "max_new_tokens": 64}  # a capture for each canvas
+    eager = _Passes(1)
+    expected = generate(tiny_short_canvas, [other, prompt], mode="invariant", generation=generation, observers=[eager])
+    monkeypatch.setattr(FusedStep, "captured_pass", _ReplayedOnCpu)
+    monkeypatch.setattr(FusedStep, "_graphable", staticmethod(lambda canvas, self_conditioning: self_conditioning is not None))
+    replays = []
+    original = _ReplayedOnCpu._replay
+    monkeypatch.setattr(_ReplayedOnCpu, "_replay", lambda self: (replays.append(1), original(self)))
+    replayed = _Passes(1)
+    result = generate(tiny_short_canvas, [other, prompt], mode="invariant", generation=generation, observers=[replayed])
+    assert len(eager.seen) % 5 == 0 and len(replays) == 3 * len(eager.seen) // 5 > 0  # passes 3-5 of each canvas
+    assert [row.tokens for row in result.rows] == [row.tokens for row in expected.rows]
+    for got, want in zip(replayed.seen, eager.seen):
+        assert all(torch.equal(a, b) for a, b in zip(got, want))

@@ -1,0 +1,174 @@
+"""The study engine without a model: plan registration, the store's crash and concurrency rules,
+retries and failures, progress and the final line."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from engine_fakes import Squares
+
+import canvaslab
+from canvaslab.errors import CanvaslabError
+from canvaslab.studies.engine import run_study
+from canvaslab.studies.engine.plan import first_difference
+from canvaslab.studies.engine.store import Store
+
+SRC = str(Path(canvaslab.__file__).resolve().parents[1])
+HERE = str(Path(__file__).resolve().parent)
+
+
+def _runs(log: Path) -> list[str]:
+    return [json.loads(line)["unit"] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _record_files(folder: Path) -> list[Path]:
+    return sorted((folder / "store" / "records").glob("*.json"))
+
+
+def test_first_difference_names_the_first_differing_field():
+    old = {"plan": {"a": 1, "b": {"c": [1, 2]}, "d": 0}}
+    assert first_difference(old, old) is None
+    assert first_difference(old, {"plan": {"a": 1, "b": {"c": [1, 3]}, "d": 1}}) == "plan.b.c[1]"
+    assert first_difference(old, {"plan": {"a": 1, "b": {"c": [1]}, "d": 0}}) == "plan.b.c"
+    assert first_difference(old, {"plan": {"a": 1, "b": {"c": [1, 2]}}}) == "plan.d"
+
+
+def test_the_plan_is_registered_before_any_unit_and_another_is_refused(tmp_path):
+    progress = []
+
+    def check_plan_first(done, total, doing):
+        progress.append((done, total))
+        assert (tmp_path / "store" / "plan.json").is_file()  # written before the first unit runs
+
+    run_study(Squares(n=3), tmp_path, progress=check_plan_first)
+    registered = json.loads((tmp_path / "store" / "plan.json").read_text())
+    assert registered == {"study": "squares", "plan": {"n": 3, "group_size": 1}}
+    digest = (tmp_path / "store" / "plan.sha256").read_text().split()[0]
+    assert all(json.loads(p.read_text())["plan_sha256"] == digest for p in _record_files(tmp_path))
+    assert progress[0] == (0, 3) and progress[-1] == (3, 3)
+    with pytest.raises(CanvaslabError) as refused:
+        run_study(Squares(n=4), tmp_path)
+    message = str(refused.value)
+    assert "plan.n was 3, now 4" in message and "--fresh" in message and "\n" not in message
+
+
+def test_fresh_keeps_the_old_folder_under_a_new_name(tmp_path):
+    folder = tmp_path / "study"
+    run_study(Squares(n=2), folder)
+    view, outcome = run_study(Squares(n=3), folder, fresh=True)
+    assert outcome.ran == 3 and view["sum"] == 0 + 1 + 4
+    kept = tmp_path / "study.1"
+    assert json.loads((kept / "squares.json").read_text())["sum"] == 1 and len(_record_files(kept)) == 2
+
+
+def test_a_rerun_skips_what_is_done_and_the_final_line_says_so(tmp_path):
+    log = tmp_path / "log"
+    _, first = run_study(Squares(n=4, log=str(log)), tmp_path / "s", limit=3)
+    assert (first.ran, first.skipped) == (3, 0)
+    view, second = run_study(Squares(n=4, log=str(log)), tmp_path / "s")
+    assert second.line("units") == "units: 1 ran, 3 skipped as already done, 0 failed"
+    assert sorted(_runs(log)) == ["u/0", "u/1", "u/2", "u/3"] and view["sum"] == 14
+
+
+def test_records_and_views_have_ordinary_file_modes(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        run_study(Squares(n=2), tmp_path)
+    finally:
+        os.umask(previous)
+    for path in [*_record_files(tmp_path), tmp_path / "store" / "plan.json", tmp_path / "squares.json"]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+@pytest.mark.parametrize("damage", ["truncated", "edited", "other unit"])
+def test_a_damaged_record_is_set_aside_and_its_unit_redone(tmp_path, damage):
+    log = tmp_path / "log"
+    reference, _ = run_study(Squares(n=3), tmp_path / "whole")
+    run_study(Squares(n=3, log=str(log)), tmp_path / "s")
+    path = _record_files(tmp_path / "s")[1]  # u/1
+    text = path.read_text()
+    damaged = {"truncated": text[: len(text) // 2], "edited": text.replace('"square":1', '"square":7'),
+               "other unit": text.replace('"unit":"u/1"', '"unit":"u/2"')}[damage]
+    path.write_text(damaged)
+    view, outcome = run_study(Squares(n=3, log=str(log)), tmp_path / "s")
+    assert (outcome.ran, outcome.skipped) == (1, 2) and _runs(log).count("u/1") == 2
+    assert path.with_name(path.name + ".damaged").read_text() == damaged  # kept for inspection
+    assert view == reference
+
+
+def test_a_raising_unit_is_retried_then_reported_and_the_others_go_on(tmp_path):
+    log = tmp_path / "log"
+    view, outcome = run_study(Squares(n=4, log=str(log), fail={"u/1": -1}), tmp_path / "s", retries=2)
+    assert _runs(log).count("u/1") == 3  # the first attempt and 2 retries
+    assert outcome.ran == 3 and list(outcome.failed) == ["u/1"]
+    assert outcome.failed["u/1"] == "ValueError: planted failure of u/1"
+    assert outcome.line("units").startswith("units: 3 ran, 0 skipped as already done, 1 failed")
+    failed = Store(tmp_path / "s", "").failures()["u/1"]
+    assert failed["attempts"] == 3 and "planted failure" in failed["error"]
+    assert view["units"] == ["u/0", "u/2", "u/3"]
+    # a unit that fails once succeeds on its retry; a rerun tries a failed unit again
+    view, outcome = run_study(Squares(n=4, log=str(log), fail={"u/1": 4}), tmp_path / "s", retries=1)
+    assert outcome.ran == 1 and not outcome.failed and view["sum"] == 14
+    assert not Store(tmp_path / "s", "").failures()
+
+
+DRIVER = """
+import json, os, sys, time
+from pathlib import Path
+from engine_fakes import Squares
+from canvaslab.studies.engine import run_study
+ready = Path(sys.argv[3] + ".ready")
+with open(ready, "a") as handle:  # start together: both must be running before either begins
+    handle.write("x")
+while len(ready.read_text()) < 2:
+    time.sleep(0.01)
+_, outcome = run_study(Squares(n=int(sys.argv[2]), log=sys.argv[3], delay=0.15), sys.argv[1])
+print(json.dumps({"ran": outcome.ran, "skipped": outcome.skipped}))
+"""
+
+
+def test_two_processes_on_one_folder_run_every_unit_exactly_once(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [SRC, HERE, os.environ.get("PYTHONPATH")]))}
+    log, folder = tmp_path / "log", tmp_path / "s"
+    procs = [subprocess.Popen([sys.executable, "-c", DRIVER, str(folder), "12", str(log)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outcomes = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+        outcomes.append(json.loads(out.strip().splitlines()[-1]))
+    runs = _runs(log)
+    assert sorted(runs) == sorted(f"u/{i}" for i in range(12))  # each unit ran once, in one of the two
+    assert sum(o["ran"] for o in outcomes) == 12
+    assert len({json.loads(line)["pid"] for line in log.read_text().splitlines()}) == 2  # both did work
+    assert len(_record_files(folder)) == 12
+    assert json.loads((folder / "squares.json").read_text())["sum"] == sum(i * i for i in range(12))
+
+
+def test_export_writes_one_parquet_row_per_unit(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    from canvaslab.cli.main import main
+
+    run_study(Squares(n=3, fail={"u/1": -1}), tmp_path / "s")
+    main(["export", str(tmp_path / "s"), "--format", "parquet"])
+    assert "records.parquet" in capsys.readouterr().out
+    table = pq.read_table(tmp_path / "s" / "records.parquet").to_pylist()
+    assert [(row["unit"], row["record.square"], row["failed"]) for row in table] == [
+        ("u/0", 0, None), ("u/2", 4, None), ("u/1", None, "ValueError: planted failure of u/1")]
+    assert {row["study"] for row in table} == {"squares"} and json.loads(table[1]["record"])["index"] == 2
+
+
+def test_export_refuses_a_folder_without_a_store(tmp_path, capsys):
+    from canvaslab.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "no study store" in err and len(err.splitlines()) == 1
