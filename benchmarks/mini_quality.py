@@ -3,7 +3,7 @@ canvaslab's generate with the checkpoint's default sampler settings, 48-pass bud
 sibling (greedy), median accept calls, written with the environment.
 
     python benchmarks/mini_quality.py --run DIR [--models diffusion,autoregressive] [--passages FILE]
-        [--per-task 40] [--device cpu|cuda] --out FILE.json
+        [--per-task 40] [--device cpu|cuda] [--tasks add2,add3,...] --out FILE.json
 
 ``DIR`` holds ``diffusion/`` and/or ``autoregressive/`` as written by ``canvaslab mini train``. The
 held-out prompts are a function of ``--per-task`` and ``--seed`` only, so runs of the two models on
@@ -28,11 +28,13 @@ def main() -> None:
     parser.add_argument("--per-task", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--tasks", default="", help="comma-separated subset of the evaluation tasks (default all)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     models = tuple(args.models.split(","))
-    evaluate_models(args.run, args.passages, args.per_task, args.device, seed=args.seed, models=models)
-    written = args.run / f"quality_{'_'.join(models)}.json"
+    tasks = tuple(t for t in args.tasks.split(",") if t)
+    evaluate_models(args.run, args.passages, args.per_task, args.device, seed=args.seed, models=models, tasks=tasks)
+    written = args.run / f"quality_{'_'.join(models)}{'_' + '_'.join(tasks) if tasks else ''}.json"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=args.out.parent, delete=False) as handle:
         shutil.copyfile(written, handle.name)

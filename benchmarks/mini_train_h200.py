@@ -1,15 +1,19 @@
 """Train `mini` and its autoregressive sibling on one GPU, evaluate both, pack the results.
 
     python benchmarks/mini_train_h200.py --out DIR --passages prose.txt --steps N [--batch-size B]
-        [--eval-per-task N] [--pack DIR]
+        [--eval-per-task N] [--pack DIR] [--kinds diffusion|causal] [--steps-file F | --steps-from F]
 
-``--pack DIR`` also writes what a size-limited transfer can carry: the two weight files split into
-15 MB parts and one tar of everything else.
+``--pack DIR`` also copies what a size-limited transfer can carry: each model's weight shards (under
+16 MiB each, ``MAX_SHARD_SIZE``) and one tar of everything else. To train the two models at once on two
+GPUs, run the diffusion model with ``--time-budget S --steps-file F`` (it writes the step count its time
+budget fixed) and the sibling with ``--steps-from F`` (it waits for that count): same steps, same
+examples (give both the same ``--examples``).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import time
@@ -25,8 +29,27 @@ def _pack_weights(folder: Path, pack: Path | None) -> None:
     """Each model's weights leave as soon as they exist (a later failure cannot lose them)."""
     if pack is not None:
         pack.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["split", "-b", "15000000", "-d", str(folder / "model.safetensors"),
-                        str(pack / f"{folder.name}.safetensors.part")], check=True)
+        (pack / folder.name).mkdir(exist_ok=True)
+        for shard in folder.glob("model*.safetensors"):
+            shutil.copy(shard, pack / folder.name / shard.name)
+
+
+def _steps_writer(path: Path | None):
+    """Writes the diffusion model's step count once its time budget has fixed it."""
+    def on_entry(kind: str, entry: dict) -> None:
+        if path is not None and kind == "diffusion" and entry["step"] >= 70 and not path.exists():
+            path.write_text(str(entry["total_steps"]))
+    return on_entry
+
+
+def _wait_for_steps(path: Path, timeout_s: float = 300.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no step count in {path} after {timeout_s:.0f} s")
+        time.sleep(1.0)
+    time.sleep(0.2)
+    return int(path.read_text())
 
 
 def main() -> None:
@@ -43,17 +66,24 @@ def main() -> None:
     parser.add_argument("--kinds", default="diffusion,causal", help="which models to train")
     parser.add_argument("--eval-models", default="diffusion,autoregressive")
     parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--steps-file", type=Path, help="write the step count the time budget fixed here")
+    parser.add_argument("--steps-from", type=Path, help="train for the step count written there")
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.steps_from is not None:
+        args.steps = _wait_for_steps(args.steps_from)
+        print(f"steps from {args.steps_from}: {args.steps}", flush=True)
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
                              warmup_steps=min(args.warmup, args.steps // 10 + 1), time_budget_s=args.time_budget)
-    spec = RunSpec(args.out, args.passages, settings, device="cuda", examples=args.examples,
+    spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
                    kinds=tuple(args.kinds.split(",")))
-    train_models(spec, log=lambda m: print(m, flush=True), on_saved=lambda folder: _pack_weights(folder, args.pack))
+    train_models(spec, log=lambda m: print(m, flush=True), on_saved=lambda folder: _pack_weights(folder, args.pack),
+                 on_entry=_steps_writer(args.steps_file))
     print(f"trained in {time.perf_counter() - started:.1f} s", flush=True)
     if args.eval_per_task:
         try:
-            evaluate_models(args.out, args.passages, args.eval_per_task, "cuda", log=lambda m: print(m, flush=True),
+            evaluate_models(args.out, args.passages, args.eval_per_task, args.device, log=lambda m: print(m, flush=True),
                             models=tuple(args.eval_models.split(",")))
         except Exception:  # the trained weights and training.json still come back
             traceback.print_exc()
@@ -64,8 +94,8 @@ def main() -> None:
     print(f"total {time.perf_counter() - started:.1f} s", flush=True)
     if args.pack:
         args.pack.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["tar", "-czf", str(args.pack / "run.tgz"), "--exclude=model.safetensors", "-C",
-                        str(args.out), "."], check=True)
+        subprocess.run(["tar", "-czf", str(args.pack / f"run-{args.out.name}.tgz"), "--exclude=model*.safetensors",
+                        "-C", str(args.out), "."], check=True)
 
 
 if __name__ == "__main__":

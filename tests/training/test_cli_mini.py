@@ -24,3 +24,8 @@ def test_passages_refuses_a_corpus_without_manifest(tmp_path):
     (tmp_path / "c.txt").write_text("text")
     result = _run("mini", "passages", "--corpus", str(tmp_path / "c.txt"), "--out", str(tmp_path / "p.txt"))
     assert result.returncode == 2 and "manifest" in result.stderr
+
+
+def test_order_study_refuses_an_unknown_suite_in_one_line(tmp_path):
+    result = _run("order-study", "--suite", "nope", "--out", str(tmp_path / "o"))
+    assert result.returncode == 2 and "--suite" in result.stderr and "Traceback" not in result.stderr

@@ -4,13 +4,16 @@ round-trips through transformers' own from_pretrained, and canvaslab's generate 
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
 import pytest
 import torch
+from typer.testing import CliRunner
 from transformers import DiffusionGemmaForBlockDiffusion, Gemma4ForCausalLM
 
+from canvaslab.cli.main import app
 from canvaslab.generation import generate
 from canvaslab.models import load_model
 from canvaslab.models.mini import MINI_EOS_IDS, mini_config
@@ -18,7 +21,8 @@ from canvaslab.studies.commit_order.baseline import load_causal_lm
 from canvaslab.studies.commit_order.prompting import encode_prompt
 from canvaslab.training.card import write_card
 from canvaslab.training.loop import TrainSettings
-from canvaslab.training.objective import DiffusionBatch, NoiseSchedule, diffusion_loss, noise_canvas
+from canvaslab.training.objective import (DiffusionBatch, NoiseSchedule, diffusion_loss, noise_canvas,
+                                         position_weights, weighted_canvas_loss)
 from canvaslab.training.run import RunSpec, train_models
 
 TOY = (("hidden_size", 32), ("intermediate_size", 64), ("num_hidden_layers", 2), ("num_attention_heads", 2),
@@ -96,3 +100,40 @@ def test_self_conditioning_rows_follow_the_mask():
         without = diffusion_loss(model, batch, never, torch.Generator().manual_seed(1))
     assert torch.isfinite(with_sc) and torch.isfinite(without)
     assert float(with_sc) != float(without)
+
+
+def test_answer_tokens_dominate_the_loss_not_the_pad_tail():
+    """A 4-token answer in a 32-token canvas: a model that predicts the pad tail perfectly and the answer
+    not at all must still have a large loss (with a plain mean over positions it was 4/32 of log V)."""
+    vocab, canvas = 4096, torch.zeros((2, 32), dtype=torch.long)
+    canvas[:, :4] = torch.tensor([40, 41, 42, 106])
+    logits = torch.zeros((2, 32, vocab))
+    logits[:, 4:, 0] = 50.0  # certain of <pad> where the target is pad; uniform over the answer
+    noised = torch.ones_like(canvas, dtype=torch.bool)
+    metrics: dict = {}
+    loss = weighted_canvas_loss(logits, canvas, noised, NoiseSchedule(), metrics)
+    assert float(loss) > 0.5 * math.log(vocab)
+    assert abs(float(metrics["content_loss"]) - math.log(vocab)) < 1e-3 and float(metrics["content_accuracy"]) == 0.0
+
+
+def test_position_weights_favour_noised_answer_tokens():
+    schedule = NoiseSchedule(pad_weight=0.1, kept_weight=0.25)
+    canvas = torch.tensor([[7, 8, 0, 0]])
+    noised = torch.tensor([[True, False, True, False]])
+    weights = position_weights(canvas, noised, schedule)
+    torch.testing.assert_close(weights, torch.tensor([[1.0, 0.25, 0.1, 0.025]]))
+
+
+@pytest.mark.slow
+def test_order_study_on_a_trained_checkpoint_with_its_sibling_as_baseline(trained, tmp_path):
+    """The checkpoint's own sampler settings give the study its budget (it used to stop with KeyError
+    'max_denoising_steps' on the first batch when no --steps was given)."""
+    out, _ = trained
+    result = CliRunner().invoke(app, [
+        "order-study", "--model", str(out / "diffusion"), "--suite", "mini", "--regimes", "factual",
+        "--seeds", "1", "--prompts-per-regime", "1", "--bootstrap", "0", "--baseline", str(out / "autoregressive"),
+        "--out", str(tmp_path / "study")])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "study" / "order_metrics.json").read_text())
+    assert metrics["study"]["generation"]["max_denoising_steps"] == 48
+    assert "factual" in metrics["baseline"]["regimes"]

@@ -175,7 +175,7 @@ def readable_file(suffixes: Sequence[str] = ()) -> Callable:
 
 # ---- the shared options ------------------------------------------------------------------------------
 
-Model = Annotated[str, typer.Option("--model", help="preset (tiny, real-shapes), a local checkpoint directory, "
+Model = Annotated[str, typer.Option("--model", help="preset (tiny, real-shapes, mini), a local checkpoint directory, "
                                                     "or a config.json (random weights)")]
 Dtype = Annotated[str, typer.Option("--dtype", help=f"{', '.join(DTYPES)} (auto: the model's)",
                                     callback=one_of(DTYPES))]

@@ -23,6 +23,9 @@ from canvaslab.errors import CanvaslabError
 # here so that checking --regimes imports nothing.
 REGIMES = ("math", "code_completion", "code_synthesis", "factual", "open_ended", "json")
 SPLITS = ("exploratory", "confirmatory", "all")
+SUITES = ("default", "mini")  # probes.datasets.SUITES
+# The regimes each suite has, used when --regimes is left at its default (mini has no code completion).
+SUITE_REGIMES = {"default": REGIMES, "mini": ("math", "code_synthesis", "factual", "open_ended", "json")}
 
 
 def _regimes(ctx, param, value):
@@ -44,12 +47,15 @@ def order_study(
                                                     callback=options.whole_number(1))] = 20,
     split: Annotated[str, typer.Option("--split", help="exploratory, confirmatory or all",
                                        callback=options.one_of(SPLITS))] = "confirmatory",
+    suite: Annotated[str, typer.Option("--suite", help="probe suite: default, or mini (held-out prompts of "
+                                       "the trained mini's own tasks)", callback=options.one_of(SUITES))] = "default",
     batch_size: Annotated[int, typer.Option("--batch-size", help="rows per generate call (one seed per batch)",
                                             callback=options.whole_number(1))] = 8,
     out: Annotated[Path, typer.Option("--out", help="folder for traces.jsonl and order_metrics.json (a rerun resumes)",
                                       callback=options.writable_folder)] = ...,
     baseline: Annotated[Optional[Path], typer.Option(
-        "--baseline", help="local autoregressive transformers checkpoint: accuracy to compare")] = None,
+        "--baseline", help="local autoregressive transformers checkpoint, or mini (its shipped AR sibling): "
+        "accuracy to compare")] = None,
     parquet: Annotated[bool, typer.Option("--parquet", help="also write DIR/traces.parquet")] = False,
     mode: options.Mode = "stock",
     rng: options.Rng = "row",
@@ -77,9 +83,12 @@ def order_study(
     from canvaslab.studies.commit_order.probes import load_probe_suite
     from canvaslab.studies.commit_order.study import run_order_study
 
-    probes = load_probe_suite([r.strip() for r in regimes.split(",") if r.strip()], split, prompts_per_regime)
+    chosen = [r.strip() for r in regimes.split(",") if r.strip()]
+    if regimes == ",".join(REGIMES):
+        chosen = list(SUITE_REGIMES[suite])
+    probes = load_probe_suite(chosen, split, prompts_per_regime, suite=suite)
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
-    config = {"command": {"model": model, "split": split, "prompts_per_regime": prompts_per_regime,
+    config = {"command": {"model": model, "split": split, "suite": suite, "prompts_per_regime": prompts_per_regime,
                           "dtype": dtype, "device": str(loaded.device), "layers": layers, "model_seed": model_seed}}
     spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers, "seed": model_seed}
     with study_progress("order study", "generations") as progress:

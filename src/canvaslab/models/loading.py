@@ -1,6 +1,7 @@
 """Turn a ``--model`` argument into a ready model + tokenizer.
 
-``--model`` accepts (a) a preset name, (b) a local checkpoint directory (local files only, never the
+``--model`` accepts (a) a preset name (random weights, or ``mini``: trained weights shipped in the
+package, loaded by transformers' own ``from_pretrained`` like any local checkpoint), (b) a local checkpoint directory (local files only, never the
 hub) or (c) a ``config.json`` path, which builds random weights from that config with ``--seed``.
 Every problem a user can cause ends in a one-line ``CanvaslabError``.
 """
@@ -17,6 +18,7 @@ from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForB
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.models.mini import PACKAGED_CHECKPOINTS, packaged_folder
 from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset, first_layer_types
 from canvaslab.models.tokenizer import build_synthetic_tokenizer
 
@@ -149,7 +151,20 @@ def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int |
         path, config=config, dtype=resolve_dtype(dtype, torch.bfloat16), local_files_only=True
     ).to(device).eval()
     source = {"kind": "checkpoint", "path": str(path), "layers": config.text_config.num_hidden_layers}
-    return LoadedModel(model, tokenizer, source, {})
+    return LoadedModel(model, tokenizer, source, checkpoint_generation_defaults(model))
+
+
+def checkpoint_generation_defaults(model) -> dict[str, Any]:
+    """A checkpoint's own sampler settings (its generation_config.json), under canvaslab's names: studies
+    record them and read the budget from them, as they do for a preset's."""
+    config = model.generation_config
+    settings = {key: getattr(config, key) for key in REAL_GENERATION_DEFAULTS
+                if key != "entropy_bound" and getattr(config, key, None) is not None}
+    sampler = getattr(config, "sampler_config", None)
+    bound = sampler.get("entropy_bound") if isinstance(sampler, dict) else getattr(sampler, "entropy_bound", None)
+    if bound is not None:
+        settings["entropy_bound"] = float(bound)
+    return settings
 
 
 def load_model(
@@ -166,11 +181,14 @@ def load_model(
     torch_device = resolve_device(device)
     if spec in PRESETS:
         return _load_preset(PRESETS[spec], dtype, torch_device, layers, seed)
+    if spec in PACKAGED_CHECKPOINTS:
+        loaded = _load_checkpoint(packaged_folder(PACKAGED_CHECKPOINTS[spec]), dtype, torch_device, layers)
+        loaded.source = {**loaded.source, "kind": "preset", "name": spec}
+        return loaded
     path = Path(spec).expanduser()
     if not path.exists():
-        raise CanvaslabError(
-            f"model {spec!r} is neither a preset ({', '.join(PRESETS)}) nor an existing path"
-        )
+        names = ", ".join([*PRESETS, *PACKAGED_CHECKPOINTS])
+        raise CanvaslabError(f"model {spec!r} is neither a preset ({names}) nor an existing path")
     if path.is_file():
         return _load_config_file(path, dtype, torch_device, layers, seed)
     if not (path / "config.json").exists():

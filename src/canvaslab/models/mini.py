@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from transformers import AutoTokenizer, DiffusionGemmaConfig, Gemma4TextConfig
@@ -70,6 +71,17 @@ def ar_sibling_config(**text_overrides: Any) -> Gemma4TextConfig:
         **text, global_head_dim=global_head_dim, num_global_key_value_heads=global_kv, attention_k_eq_v=True,
         enable_moe_block=True, hidden_size_per_layer_input=0, vocab_size_per_layer_input=text["vocab_size"],
     )
+
+
+def packaged_folder(name: str) -> Path:
+    """A folder of ``canvaslab.models.assets``: ``mini`` (the trained DiffusionGemma and its tokenizer) or
+    ``mini-ar`` (its autoregressive sibling). Both are ordinary transformers checkpoints."""
+    return Path(str(resources.files("canvaslab.models.assets").joinpath(name)))
+
+
+# Trained checkpoints shipped in the package, by preset name: the folder of each.
+PACKAGED_CHECKPOINTS = {"mini": "mini"}
+PACKAGED_BASELINES = {"mini": "mini-ar"}
 
 
 @lru_cache(maxsize=1)

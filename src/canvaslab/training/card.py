@@ -15,9 +15,13 @@ def plot_loss(training: dict, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(7, 4))
-    for name, label in (("diffusion", "mini (diffusion, canvas CE)"), ("autoregressive", "AR sibling (next-token CE)")):
+    for name, label in (("diffusion", "mini (diffusion, weighted canvas CE)"), ("autoregressive", "AR sibling (next-token CE)")):
         history = training.get(name, {}).get("history", [])
         axis.plot([e["step"] for e in history], [e["loss"] for e in history], label=label)
+        content = [e for e in history if "content_loss" in e]
+        if content:  # the answer tokens alone: what the weighted loss is mostly about
+            axis.plot([e["step"] for e in content], [e["content_loss"] for e in content], linestyle="--",
+                      label="mini, noised answer tokens only")
     axis.set_xlabel("step")
     axis.set_ylabel("training loss (nats/token)")
     axis.set_yscale("log")
@@ -40,12 +44,28 @@ def _quality_rows(quality: dict) -> list[str]:
     return rows
 
 
+def merge_quality(parts: list[dict]) -> dict:
+    """One evaluation from several calls (one per model or task subset, e.g. code where the sandbox
+    runs): each model's per-task results joined, and where each part ran."""
+    merged: dict = {"evaluations": []}
+    for part in parts:
+        for name in ("diffusion", "autoregressive"):
+            if name in part:
+                merged.setdefault(name, {}).update(part[name])
+        merged.setdefault("per_task", part.get("per_task"))
+        environment = part.get("environment", {})
+        merged["evaluations"].append({
+            "models": [name for name in ("diffusion", "autoregressive") if name in part],
+            "tasks": sorted({task for name in ("diffusion", "autoregressive") for task in part.get(name, {})}),
+            "device": environment.get("device"), "torch": environment.get("torch"),
+            "transformers": environment.get("transformers")})
+    return merged
+
+
 def write_card(run_dir: Path) -> Path:
     """``MODEL_CARD.md`` in ``run_dir`` (and the loss curve ``loss.png`` beside it)."""
     training = read_json(run_dir / "training.json")
-    quality: dict = {}
-    for path in sorted(run_dir.glob("quality_*.json")):  # one file per evaluation call
-        quality.update(read_json(path))
+    quality = merge_quality([read_json(path) for path in sorted(run_dir.glob("quality_*.json"))])
     plot_loss(training, run_dir / "loss.png")
     settings = training["settings"]
     models = [name for name in ("diffusion", "autoregressive") if name in training]
@@ -72,6 +92,9 @@ def write_card(run_dir: Path) -> Path:
         lines += ["## Held-out quality", "",
                   f"{quality['per_task']} held-out prompts per task; mini through transformers' generate with its",
                   "default sampler settings (48-pass budget); the AR sibling greedy.", ""] + _quality_rows(quality)
+        lines += ["", "Where each part was evaluated:", ""] + [
+            f"- {', '.join(e['models'])} on {', '.join(e['tasks'])}: {e['device']} (torch {e['torch']}, "
+            f"transformers {e['transformers']})" for e in quality["evaluations"]]
     out = run_dir / "MODEL_CARD.md"
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out

@@ -90,11 +90,12 @@ def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_lengt
             total = min(settings.steps, max(step + 1, step + int(remaining / per_step)))
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(settings, step, total)
+        metrics: dict = {}
         with autocast if autocast is not None else torch.enable_grad():
             if kind == "diffusion":
                 ids, mask, canvas = diffusion_rows(pool, indices(step), canvas_length, row_rng)
                 batch = DiffusionBatch(ids.to(device), mask.to(device), canvas.to(device))
-                loss = diffusion_loss(model, batch, settings.schedule, generator)
+                loss = diffusion_loss(model, batch, settings.schedule, generator, metrics)
                 tokens += ids.numel() + canvas.numel()
             else:
                 ids, mask, labels = causal_rows(pool, indices(step))
@@ -112,7 +113,7 @@ def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_lengt
         if step % settings.log_every == 0 or step == total - 1:
             entry = {"step": step, "loss": float(loss.detach()), "tokens": tokens,
                      "seconds": round(time.perf_counter() - started, 2), "lr": _learning_rate(settings, step, total),
-                     "skipped_steps": skipped}
+                     "skipped_steps": skipped, "total_steps": total, **{k: round(float(v), 4) for k, v in metrics.items()}}
             history.append(entry)
             if progress is not None:
                 progress(entry)

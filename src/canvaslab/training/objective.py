@@ -16,9 +16,13 @@ The diffusion objective is the training-time mirror of transformers' generate lo
   ``_denoising_step`` hands them to the next step, and enter the second pass through
   ``self_conditioning_logits`` / ``self_conditioning_mask`` (the mask zeroes the signal for the
   other rows, as on a first step);
-- loss: cross-entropy of the softcapped logits against the clean canvas at EVERY position (noised or
-  not): the sampler's entropy bound and the stopping rule read the entropy of all positions, so kept
-  tokens and the pad tail must be predicted confidently too.
+- loss: cross-entropy of the softcapped logits against the clean canvas at every position (noised or
+  not: the sampler's entropy bound and the stopping rule read the entropy of all positions, so kept
+  tokens and the pad tail must be predicted confidently too), as a weighted mean: an answer is 10-40
+  tokens of a 128-token canvas, so with equal weights the easy ``<pad>`` tail (and the kept tokens,
+  which only need copying) would make up most of the loss and the answer itself would barely be
+  trained. Positions whose target is ``<pad>`` weigh ``pad_weight``, positions left clean weigh
+  ``kept_weight``, noised answer tokens weigh 1.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ class NoiseSchedule:
     self_conditioning_probability: float = 0.5
     t_min: float = 0.4
     t_max: float = 0.8
+    pad_weight: float = 0.1
+    kept_weight: float = 0.25
 
 
 @dataclass
@@ -83,12 +89,21 @@ def encode_prefix(model, batch: DiffusionBatch) -> DynamicCache:
     return cache
 
 
-def diffusion_loss(model, batch: DiffusionBatch, schedule: NoiseSchedule, generator: torch.Generator) -> torch.Tensor:
-    """One training loss of the denoiser on ``batch`` (see the module docstring)."""
+def position_weights(canvas: torch.Tensor, noised: torch.Tensor, schedule: NoiseSchedule, pad_id: int = 0) -> torch.Tensor:
+    """The loss weight of each canvas position: 1 for a noised answer token, less for pad and kept ones."""
+    weights = torch.where(canvas == pad_id, schedule.pad_weight, 1.0)
+    return weights * torch.where(noised, 1.0, schedule.kept_weight)
+
+
+def diffusion_loss(model, batch: DiffusionBatch, schedule: NoiseSchedule, generator: torch.Generator,
+                   metrics: dict | None = None) -> torch.Tensor:
+    """One training loss of the denoiser on ``batch`` (see the module docstring); ``metrics``, when given,
+    receives the loss and argmax accuracy on the noised answer (non-pad) tokens alone, the part that
+    says whether the model answers rather than pads."""
     rows, device, vocab = batch.canvas.shape[0], batch.canvas.device, model.config.text_config.vocab_size
     rate = schedule.min_rate + (1 - schedule.min_rate) * torch.rand(rows, generator=generator, device=device)
     keep = torch.rand(batch.canvas.shape, generator=generator, device=device)
-    noisy, _ = noise_canvas(batch.canvas, rate, vocab, generator, keep)
+    noisy, noised = noise_canvas(batch.canvas, rate, vocab, generator, keep)
     cache = encode_prefix(model, batch)
     use_sc = torch.rand(rows, generator=generator, device=device) < schedule.self_conditioning_probability
     self_conditioning = {}
@@ -102,7 +117,22 @@ def diffusion_loss(model, batch: DiffusionBatch, schedule: NoiseSchedule, genera
         embed_dtype = anatomy.self_conditioning_embedding(model).dtype
         self_conditioning = {"self_conditioning_logits": previous.to(embed_dtype), "self_conditioning_mask": use_sc}
     logits = _decoder_logits(model, cache, batch, noisy, **self_conditioning)
-    return F.cross_entropy(logits.float().reshape(-1, vocab), batch.canvas.reshape(-1))
+    return weighted_canvas_loss(logits, batch.canvas, noised, schedule, metrics)
+
+
+def weighted_canvas_loss(logits: torch.Tensor, canvas: torch.Tensor, noised: torch.Tensor, schedule: NoiseSchedule,
+                         metrics: dict | None = None) -> torch.Tensor:
+    """Cross-entropy against the clean canvas, weighted by ``position_weights``; ``metrics`` (optional)
+    receives loss and argmax accuracy over the noised answer tokens alone."""
+    losses = F.cross_entropy(logits.float().flatten(0, 1), canvas.reshape(-1), reduction="none").view(canvas.shape)
+    weights = position_weights(canvas, noised, schedule)
+    if metrics is not None:
+        with torch.no_grad():
+            content = noised & (canvas != 0)
+            count = content.sum().clamp(min=1)
+            metrics["content_loss"] = (losses * content).sum() / count
+            metrics["content_accuracy"] = ((logits.argmax(-1) == canvas) & content).sum() / count
+    return (losses * weights).sum() / weights.sum()
 
 
 def causal_lm_loss(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -50,14 +50,22 @@ class RunSpec:
     kinds: tuple[str, ...] = ("diffusion", "causal")
 
 
+# Weight files stay under 16 MiB: they travel back from GPU machines with a per-file limit, and the
+# shipped preset is kept in the repository as ordinary files.
+MAX_SHARD_SIZE = "16MB"
+
+
 def _save(model, tokenizer, generation_config, folder: Path) -> None:
-    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True, max_shard_size=MAX_SHARD_SIZE)
     tokenizer.save_pretrained(folder)
     generation_config.save_pretrained(folder)
 
 
-def train_models(spec: RunSpec, log=print, on_saved=None) -> dict:
-    """Train both models on the same pool; save them; return what the model card needs."""
+def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict:
+    """Train both models on the same pool; save them; return what the model card needs.
+
+    ``on_entry(kind, entry)`` sees every logged history entry (e.g. to pass the step count a time budget
+    fixed to a sibling trained at the same time on another device)."""
     tokenizer = load_mini_tokenizer()
     count = spec.examples or spec.settings.steps * spec.settings.batch_size
     started = time.perf_counter()
@@ -80,7 +88,7 @@ def train_models(spec: RunSpec, log=print, on_saved=None) -> dict:
             use_autocast_experts(model)
         started = time.perf_counter()
         history = train(model, pool, settings, kind, canvas_length=spec.canvas_length,
-                        progress=lambda e, k=kind: log(f"{k} {e}"))
+                        progress=lambda e, k=kind: (log(f"{k} {e}"), on_entry and on_entry(k, e)))
         # The sibling gets the same budget: the steps (hence examples, in the same order) the diffusion
         # model ran, whatever its time budget made of them.
         settings = replace(settings, steps=history[-1]["step"] + 1, time_budget_s=0.0)
@@ -100,15 +108,17 @@ def train_models(spec: RunSpec, log=print, on_saved=None) -> dict:
 
 
 def evaluate_models(out: Path, passages: Path | None, per_task: int, device: str, seed: int = 0, log=print,
-                    models: tuple[str, ...] = ("diffusion", "autoregressive")) -> dict:
-    """Held-out quality of both saved models (``OUT/quality.json``)."""
+                    models: tuple[str, ...] = ("diffusion", "autoregressive"), tasks: tuple[str, ...] = ()) -> dict:
+    """Held-out quality of both saved models (``OUT/quality_MODELS.json``); ``tasks``: a subset of the
+    evaluation tasks (e.g. code apart, on a machine with the sandbox), default all."""
     from canvaslab.models import load_model
     from canvaslab.training.evaluate import answer_causal, answer_diffusion, summarize
     from canvaslab.training.tasks import EVAL_TASKS, Mixture
 
     mixture = Mixture(passages)
-    examples = [e for task in EVAL_TASKS if task in mixture.makers for e in mixture.heldout(task, per_task, seed)]
-    result = {"per_task": per_task, "seed": seed, "generation": MINI_GENERATION, "samples": {}}
+    examples = [e for task in EVAL_TASKS if task in mixture.makers and (not tasks or task in tasks)
+                for e in mixture.heldout(task, per_task, seed)]
+    result = {"per_task": per_task, "seed": seed, "generation": MINI_GENERATION, "samples": {}, "answers": {}}
     tokenizer = load_mini_tokenizer()
     for name in models:
         started = time.perf_counter()
@@ -124,6 +134,8 @@ def evaluate_models(out: Path, passages: Path | None, per_task: int, device: str
         result[f"{name}_seconds"] = round(time.perf_counter() - started, 1)
         result["samples"][name] = [{"task": e.task, "prompt": e.prompt, "expected": e.answer, **a}
                                    for e, a in list(zip(examples, answers))[:: max(1, per_task // 4)]]
+        result["answers"][name] = [{"task": e.task, "prompt": e.prompt, **a} for e, a in zip(examples, answers)]
         log(f"quality {name}: {result[name]}")
-    write_json_atomic(out / f"quality_{'_'.join(models)}.json", result)
+    suffix = "_".join(models) + ("_" + "_".join(tasks) if tasks else "")
+    write_json_atomic(out / f"quality_{suffix}.json", result)
     return result

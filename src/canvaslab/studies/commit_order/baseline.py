@@ -22,6 +22,7 @@ from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import read_json, write_json_atomic
 from canvaslab.models.loading import resolve_device, resolve_dtype
+from canvaslab.models.mini import PACKAGED_BASELINES, packaged_folder
 from canvaslab.studies.commit_order.probes import Probe, score
 from canvaslab.studies.commit_order.prompting import encode_prompt, uses_chat_template
 
@@ -29,8 +30,12 @@ BASELINE_FILE = "baseline.json"
 
 
 def check_baseline_path(path: str | Path) -> Path:
-    """Fail early (before a long study) when ``path`` cannot be a local transformers checkpoint."""
+    """Fail early (before a long study) when ``path`` cannot be a local transformers checkpoint.
+
+    A packaged preset's name (``mini``), where no such folder exists, means its shipped AR sibling."""
     path = Path(path).expanduser()
+    if str(path) in PACKAGED_BASELINES and not path.exists():
+        path = packaged_folder(PACKAGED_BASELINES[str(path)])
     if not path.is_dir():
         raise CanvaslabError(f"--baseline {path}: not a directory (give a local transformers checkpoint folder)")
     if not (path / "config.json").is_file():

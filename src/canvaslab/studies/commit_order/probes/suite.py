@@ -23,20 +23,24 @@ def load_probe_suite(
     split: str = "confirmatory",
     per_regime: int | None = None,
     seed: int = 0,
+    suite: str = "default",
 ) -> list[Probe]:
     """The probes of ``regimes`` (default: all six, in ``REGIMES`` order) in one half of the suite.
 
     ``split`` is "exploratory", "confirmatory" or "all". ``per_regime`` caps the probes per regime
     (None: every probe); asking for more than a regime has is an error, not a silent shortfall. Within
-    a regime the probes come in seeded rank order (module docstring).
+    a regime the probes come in seeded rank order (module docstring). ``suite`` names a packaged suite
+    (``datasets.SUITES``); a regime it has no probes of is an error.
     """
     chosen = _check_regimes(regimes)
     _check_split(split)
-    suite: list[Probe] = []
+    selected: list[Probe] = []
     for regime in chosen:
-        probes = [p for p in load_regime(regime) if split == ALL_SPLITS or p.split == split]
-        suite.extend(_select(probes, per_regime, seed, f"{regime} ({split})"))
-    return suite
+        probes = [p for p in load_regime(regime, suite) if split == ALL_SPLITS or p.split == split]
+        if not probes:
+            raise CanvaslabError(f"probe suite {suite!r} has no {regime} probes ({split})")
+        selected.extend(_select(probes, per_regime, seed, f"{regime} ({split})"))
+    return selected
 
 
 def rank_key(seed: int, probe_id: str) -> bytes:

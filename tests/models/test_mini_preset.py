@@ -1,0 +1,63 @@
+"""The shipped `mini` preset: trained weights in the package, loaded by transformers' own from_pretrained,
+with the checkpoint's sampler defaults; its AR sibling is what ``--baseline mini`` loads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DiffusionGemmaForBlockDiffusion
+
+from canvaslab.generation import generate
+from canvaslab.models import load_model
+from canvaslab.models.mini import PACKAGED_BASELINES, PACKAGED_CHECKPOINTS, packaged_folder
+from canvaslab.studies.commit_order.baseline import check_baseline_path, load_causal_lm
+from canvaslab.studies.commit_order.prompting import encode_prompt
+
+MAX_BYTES = 40_000_000  # issue 14: mini is at most 40 MB in the repository
+
+
+def test_packaged_mini_is_a_transformers_checkpoint_under_40_mb():
+    folder = packaged_folder(PACKAGED_CHECKPOINTS["mini"])
+    weights = sorted(folder.glob("model-*.safetensors"))
+    assert weights and sum(path.stat().st_size for path in weights) <= MAX_BYTES
+    assert all(path.stat().st_size < 16 * 2**20 for path in weights)
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, local_files_only=True)
+    assert model.config.canvas_length == 128 and model.config.text_config.vocab_size == 4096
+
+
+@pytest.mark.slow
+def test_mini_preset_loads_with_its_sampler_defaults_and_stops_early():
+    loaded = load_model("mini")
+    assert loaded.source["kind"] == "preset" and loaded.source["name"] == "mini"
+    assert loaded.generation_defaults["max_denoising_steps"] == 48
+    assert loaded.generation_defaults["entropy_bound"] == 0.1 and loaded.generation_defaults["max_new_tokens"] == 256
+    prompts = [encode_prompt(loaded.tokenizer, text) for text in
+               ("What is 23 + 45?", "What's the sum of 39 and 90?", "Name the capital of Valdoria.")]
+    output = generate(loaded, prompts, seed=0)
+    # A trained model is confident early: the stopping rule fires well inside the 48-pass budget,
+    # one canvas each (random weights run to the budget).
+    assert all(len(row.passes) == 1 and row.passes[0] < 24 for row in output.rows)
+
+
+def test_baseline_mini_is_the_shipped_sibling(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no folder named mini here
+    path = check_baseline_path("mini")
+    assert path == packaged_folder(PACKAGED_BASELINES["mini"])
+    model, tokenizer = load_causal_lm("mini")
+    assert type(model).__name__ == "Gemma4ForCausalLM" and len(tokenizer) == 4096
+    assert model.config.vocab_size == 4096
+
+
+def test_a_folder_named_mini_is_still_a_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mini").mkdir()
+    with pytest.raises(Exception, match="no config.json"):
+        check_baseline_path("mini")
+
+
+def test_checkpoint_generation_defaults_come_from_its_generation_config():
+    """Studies read the budget from ``generation_defaults``: a checkpoint's used to be empty (KeyError)."""
+    loaded = load_model(str(packaged_folder("mini")), dtype="float32")
+    assert loaded.generation_defaults["max_denoising_steps"] == 48
+    assert loaded.generation_defaults["eos_token_id"] == [1, 106]
+    assert loaded.model.dtype == torch.float32
