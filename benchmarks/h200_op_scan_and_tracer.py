@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from canvaslab.environment import environment_fingerprint
-from canvaslab.invariant.op_scan import scan_ops
+from canvaslab.studies.op_scan import scan_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
 from canvaslab.studies.commit_order.tracer import CommitTracer

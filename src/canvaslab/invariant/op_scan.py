@@ -1,9 +1,8 @@
-"""Op scan: every batch-sensitive op of a model, at its real shapes, over a grid of batch sizes.
+"""The batch-sensitive ops of a DiffusionGemma model, each at its real shapes, as runnable cases.
 
-For each op, inputs are drawn once for the largest batch; the batch of size B is the first B rows, so
-row 0 is the same data at every B. Row 0's output at B is compared bit for bit with B=1, and batch
-sizes are grouped into classes that agree (like REFERENCE §2's H200 table). Run it in stock mode to see
-what a machine does, and in invariant mode to check that every op has one class.
+Each case draws its inputs once for the largest batch; the batch of size B is the first B rows, so row 0
+is the same data at every B. The op scan study (``canvaslab.studies.op_scan``) runs them over a grid of
+batch sizes and groups the sizes whose row 0 agrees bit for bit (like REFERENCE §2's H200 table).
 """
 
 from __future__ import annotations
@@ -14,9 +13,6 @@ from typing import Callable
 import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from canvaslab.analysis.batch_classes import equivalence_classes
-from canvaslab.capture.digest import digest
-from canvaslab.invariant import generation_mode
 from canvaslab.models import anatomy
 
 PROMPT_TOKENS = 64
@@ -92,25 +88,3 @@ def _attention_case(model, attn, canvas, device, dtype) -> OpCase:
 
     return OpCase("attention (decoder canvas over prompt + canvas)",
                   f"q ({heads}, {canvas}, {attn.head_dim}), kv ({kv_heads}, {keys}, {attn.head_dim})", make_input, run)
-
-
-@torch.no_grad()
-def case_signatures(case: OpCase, batch_sizes: list[int], seed: int = 0) -> dict[int, str]:
-    """Row 0's output digest at every batch size (B=1 included), inputs drawn once for the largest batch."""
-    sizes = sorted(set(batch_sizes) | {1})
-    inputs = case.make_input(max(sizes), torch.Generator().manual_seed(seed))
-    signatures = {}
-    for batch in sizes:
-        output = case.run(inputs, batch)
-        signatures[batch] = str(digest(output[: output.shape[0] // batch]))
-    return signatures
-
-
-def scan_ops(loaded, batch_sizes: list[int], mode: str = "stock", seed: int = 0) -> dict:
-    """Equivalence classes of batch sizes per op, for row 0 against B=1."""
-    results = {}
-    with generation_mode(loaded.model, mode):
-        for case in op_cases(loaded.model):
-            classes = equivalence_classes(case_signatures(case, batch_sizes, seed))
-            results[case.name] = {"shape": case.shape, "classes": classes, "invariant": len(classes) == 1}
-    return {"mode": mode, "batch_sizes": sorted(set(batch_sizes) | {1}), "ops": results}

@@ -1,5 +1,8 @@
 """The op scan as a study: each batch-sensitive op (``canvaslab.invariant.op_scan``) in each mode is a unit.
 
+Run it in stock mode to see what a machine does, and in invariant mode to check that every op has one
+class of batch sizes.
+
 A unit's record holds row 0's output digest at every batch size; the classes of batch sizes that agree
 with each other, and ``op_scan.json``, are computed from the stored records. The ops of one mode are one
 group: they run inside one ``generation_mode``, on one worker.
@@ -10,11 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from canvaslab.analysis.batch_classes import equivalence_classes
+from canvaslab.capture.digest import digest
 from canvaslab.environment import environment_fingerprint
 from canvaslab.invariant import generation_mode, replaced_ops
-from canvaslab.invariant.op_scan import case_signatures, op_cases
+from canvaslab.invariant.op_scan import OpCase, op_cases
 from canvaslab.io import write_json_atomic
-from canvaslab.analysis.batch_classes import equivalence_classes
 from canvaslab.studies.engine import Study
 
 RESULT_FILE = "op_scan.json"
@@ -86,3 +92,25 @@ def op_scan_view(plan: dict[str, Any], records: dict[str, dict], workers: dict[s
         scans.append({"mode": mode, "batch_sizes": plan["batch_sizes"], "ops": ops})
     environment = next((w["environment"] for w in workers.values() if "environment" in w), None)
     return {"environment": environment, "scans": scans, "replaced_ops": {m: replaced_ops(m) for m in plan["modes"]}}
+
+
+@torch.no_grad()
+def case_signatures(case: OpCase, batch_sizes: list[int], seed: int = 0) -> dict[int, str]:
+    """Row 0's output digest at every batch size (B=1 included), inputs drawn once for the largest batch."""
+    sizes = sorted(set(batch_sizes) | {1})
+    inputs = case.make_input(max(sizes), torch.Generator().manual_seed(seed))
+    signatures = {}
+    for batch in sizes:
+        output = case.run(inputs, batch)
+        signatures[batch] = str(digest(output[: output.shape[0] // batch]))
+    return signatures
+
+
+def scan_ops(loaded, batch_sizes: list[int], mode: str = "stock", seed: int = 0) -> dict:
+    """Equivalence classes of batch sizes per op, for row 0 against B=1."""
+    results = {}
+    with generation_mode(loaded.model, mode):
+        for case in op_cases(loaded.model):
+            classes = equivalence_classes(case_signatures(case, batch_sizes, seed))
+            results[case.name] = {"shape": case.shape, "classes": classes, "invariant": len(classes) == 1}
+    return {"mode": mode, "batch_sizes": sorted(set(batch_sizes) | {1}), "ops": results}

@@ -7,7 +7,7 @@ import json
 
 from canvaslab.analysis.batch_classes import common_classes, equivalence_classes
 from canvaslab.analysis.batch_size import summarize
-from canvaslab.invariant.op_scan import scan_ops
+from canvaslab.studies.op_scan import scan_ops
 from canvaslab.io import _finite, _json_default
 from canvaslab.prompts import builtin_prompts
 from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study

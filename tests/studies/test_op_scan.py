@@ -1,7 +1,7 @@
 """op-scan: stock mode shows this CPU's batch-variant op; invariant mode has one class per op."""
 
 from canvaslab.cli.main import main
-from canvaslab.invariant.op_scan import scan_ops
+from canvaslab.studies.op_scan import scan_ops
 from canvaslab.io import read_json
 
 
