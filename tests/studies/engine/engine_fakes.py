@@ -16,8 +16,9 @@ class Squares(Study):
     name = "squares"
 
     def __init__(self, n: int = 6, group_size: int = 1, log: str | None = None, fail: dict | None = None,
-                 delay: float = 0.0):
+                 delay: float = 0.0, environment: dict | None = None):
         self.n, self.group_size, self.log, self.delay = n, group_size, log, delay
+        self.environment = environment  # the worker's environment (not in the plan, like a real worker's)
         self.fail = dict(fail or {})  # unit -> how many of its attempts raise (-1: every attempt)
 
     def plan(self):
@@ -37,6 +38,9 @@ class Squares(Study):
         if not self.log or not Path(self.log).exists():
             return 0
         return sum(json.loads(line)["unit"] == unit for line in Path(self.log).read_text().splitlines())
+
+    def worker_info(self, state):
+        return {"environment": self.environment} if self.environment else {}
 
     def run_group(self, state, group, todo):
         for unit in todo:

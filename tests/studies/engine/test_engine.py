@@ -16,7 +16,7 @@ from engine_fakes import Squares
 import canvaslab
 from canvaslab.errors import CanvaslabError
 from canvaslab.studies.engine import run_study
-from canvaslab.studies.engine.plan import first_difference
+from canvaslab.studies.engine.plan import check_registered, first_difference
 from canvaslab.studies.engine.store import Store
 
 SRC = str(Path(canvaslab.__file__).resolve().parents[1])
@@ -65,6 +65,43 @@ def test_fresh_keeps_the_old_folder_under_a_new_name(tmp_path):
     assert outcome.ran == 3 and view["sum"] == 0 + 1 + 4
     kept = tmp_path / "study.1"
     assert json.loads((kept / "squares.json").read_text())["sum"] == 1 and len(_record_files(kept)) == 2
+
+
+def test_fresh_works_from_inside_the_study_folder_and_says_where_the_old_one_went(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "study"
+    run_study(Squares(n=2), folder)
+    monkeypatch.chdir(folder)
+    view, outcome = run_study(Squares(n=3), ".", fresh=True)
+    assert outcome.ran == 3 and json.loads((folder / "squares.json").read_text())["sum"] == 5
+    assert len(_record_files(tmp_path / "study.1")) == 2 and len(_record_files(folder)) == 3
+    assert f"kept as {tmp_path / 'study.1'}" in capsys.readouterr().err
+
+
+def test_a_refused_list_says_how_its_length_changed(tmp_path):
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "plan.json").write_text(json.dumps({"study": "s", "plan": {"prompts": ["a" * 60]}}))
+    with pytest.raises(CanvaslabError, match=r"plan.prompts had 1 entries, now 2"):
+        check_registered(tmp_path, "s", {"prompts": ["a" * 60, "b"]})
+
+
+CPU = {"device": "x86", "device_type": "cpu", "torch": "2.13", "torch_threads": 2}
+
+
+def test_a_resume_under_other_numerics_is_refused_before_its_unit_is_stored(tmp_path):
+    run_study(Squares(n=4, environment=CPU), tmp_path, limit=2)
+    with pytest.raises(CanvaslabError) as refused:  # e.g. a local CPU study resumed on Ray's 1-thread workers
+        run_study(Squares(n=4, environment={**CPU, "torch_threads": 1}), tmp_path)
+    assert "torch_threads = 2" in str(refused.value) and "\n" not in str(refused.value)
+    assert len(_record_files(tmp_path)) == 2
+    view, outcome = run_study(Squares(n=4, environment=CPU), tmp_path)
+    assert outcome.ran == 2 and view["sum"] == 14
+
+
+def test_thread_count_does_not_matter_off_the_cpu(tmp_path):
+    gpu = {**CPU, "device": "H200", "device_type": "cuda"}
+    run_study(Squares(n=2, environment=gpu), tmp_path, limit=1)
+    _, outcome = run_study(Squares(n=2, environment={**gpu, "torch_threads": 16}), tmp_path)
+    assert outcome.ran == 1
 
 
 def test_a_rerun_skips_what_is_done_and_the_final_line_says_so(tmp_path):

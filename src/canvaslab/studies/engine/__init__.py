@@ -10,6 +10,7 @@ So resume, crash safety, concurrency, retries, progress and Ray are each built o
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -36,9 +37,9 @@ def run_study(study: Study, folder: str | Path | None, *, executor: str = "local
         with tempfile.TemporaryDirectory(prefix="canvaslab-study-") as scratch:
             return run_study(study, scratch, executor=executor, retries=retries, progress=progress,
                              ray_address=ray_address, workers=workers, state=state, limit=limit)
-    folder = Path(folder)
-    if fresh:
-        start_fresh(folder)
+    folder = Path(folder).resolve()  # a study in "." must stay here if --fresh moves the old one away
+    if fresh and (kept := start_fresh(folder)) is not None:
+        print(f"--fresh: the old folder is kept as {kept}", file=sys.stderr)
     store = Store(folder, register(folder, study.name, study.plan()))
     if executor == "ray":
         outcome = run_ray(study, store, retries=retries, progress=progress, address=ray_address, workers=workers,

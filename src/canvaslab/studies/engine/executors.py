@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.studies.engine.plan import first_difference
 from canvaslab.studies.engine.store import Store
 from canvaslab.studies.engine.study import Study
 
@@ -91,7 +92,10 @@ class _Driver:
         self.study, self.store, self.retries = study, store, retries
         self.units = study.units()
         self.notify = progress or (lambda done, total, doing: None)
-        finished = set(store.records(self.units))
+        stored = store.stored(self.units)
+        finished = set(stored)
+        # The numerics of the records already here: a resume must produce records under the same ones
+        self.numerics = next((numerics_of(s["worker"]) for s in stored.values() if numerics_of(s["worker"])), None)
         self.outcome = Outcome(total=len(self.units), skipped=len(finished))
         groups = study.groups()
         # --limit N: only the first N pending units (in group order) run this time
@@ -105,16 +109,47 @@ class _Driver:
         return [unit for unit in group if unit in allowed and not self.store.has(unit)]
 
     def stored(self, unit: str, record: dict[str, Any], worker: dict[str, Any]) -> None:
+        self.check_numerics(worker)
         self.store.save(unit, record, worker)
         self.claims.release(unit)
         self.outcome.ran += 1
         self.notify(self.outcome.done, self.outcome.total, "")
+
+    def check_numerics(self, worker: dict[str, Any]) -> None:
+        """Refuse to store a record made under other numerics than the folder's other records (e.g. a
+        local study resumed on Ray, whose CPU workers compute with one torch thread): one study, one set."""
+        numerics = numerics_of(worker)
+        if not numerics:
+            return
+        if self.numerics is None:
+            self.numerics = numerics
+            return
+        where = first_difference(self.numerics, numerics)
+        if where is not None:
+            raise CanvaslabError(
+                f"{self.store.root.parent} holds records made with {where} = {self.numerics[where]!r}, but this run's "
+                f"worker has {numerics[where]!r}; resume it the way it was started (same executor, device and "
+                "threads), or --fresh to start over")
 
     def failed(self, units: list[str], error: str, attempts: int) -> None:
         for unit in units:
             self.store.fail(unit, error, attempts)
             self.claims.release(unit)
             self.outcome.failed[unit] = error
+
+
+# The parts of a worker's environment that decide a record's numbers (torch's thread count only on CPU,
+# where a reduction may be split by it).
+NUMERICS = ("device", "device_type", "cpu_capability", "dtype", "torch", "transformers", "attn_implementation",
+            "experts_implementation", "torch_threads")
+
+
+def numerics_of(worker: dict[str, Any]) -> dict[str, Any]:
+    environment = worker.get("environment") or {}
+    numerics = {key: environment.get(key) for key in NUMERICS if key in environment}
+    if numerics.get("device_type") != "cpu":
+        numerics.pop("torch_threads", None)
+    return numerics
 
 
 def run_local(study: Study, store: Store, *, retries: int = 0, progress: Progress | None = None,
@@ -143,10 +178,11 @@ def _run_group_locally(driver: _Driver, prepared: list, group: list[str], todo: 
     remaining, attempts = list(todo), 0
     if remaining and prepared[0] is None:
         prepared[0] = driver.study.prepare()
+    worker = _worker_info(driver.study, prepared[0]) if remaining else {}
+    driver.check_numerics(worker)  # before any unit runs: a refusal is not a unit's failure
     while remaining:
         driver.notify(driver.outcome.done, driver.outcome.total, ", ".join(remaining[:3]))
         try:
-            worker = _worker_info(driver.study, prepared[0])
             for unit, record in driver.study.run_group(prepared[0], group, list(remaining)):
                 driver.stored(unit, record, worker)
                 remaining.remove(unit)

@@ -58,6 +58,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _change(old: Any, new: Any) -> str:
+    if isinstance(old, list) and isinstance(new, list) and len(old) != len(new):
+        return f"had {len(old)} entries, now {len(new)}"  # their shortened texts may read the same
+    return f"was {_short(old)}, now {_short(new)}"
+
+
 def _lookup(value: Any, path: str) -> Any:
     """The value at a path ``first_difference`` returned (None where it is absent)."""
     for part in path.replace("[", ".[").split("."):
@@ -78,7 +84,8 @@ def frozen(study: str, plan: dict[str, Any]) -> dict[str, Any]:
 
 def start_fresh(folder: Path) -> Path | None:
     """Move an existing study folder aside (``DIR.1``, ``DIR.2``, ...) so the study starts over; its new name."""
-    folder = Path(folder)
+    # Absolute: renaming "." fails (EBUSY), and the new study must not follow a moved working directory
+    folder = Path(folder).resolve()
     if not folder.exists() or not any(folder.iterdir()):
         return None
     number = 1
@@ -107,8 +114,7 @@ def check_registered(folder: Path | None, study: str, plan: dict[str, Any]) -> b
     where = first_difference(old, registered)
     if where is not None:
         raise CanvaslabError(
-            f"{folder} holds a study with another plan: {where} was {_short(_lookup(old, where))}, now "
-            f"{_short(_lookup(registered, where))}; rerun with the same choices, or --fresh to start over "
+            f"{folder} holds a study with another plan: {where} {_change(_lookup(old, where), _lookup(registered, where))}; rerun with the same choices, or --fresh to start over "
             "(the old folder is kept under a new name)")
     return True
 
