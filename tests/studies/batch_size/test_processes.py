@@ -132,3 +132,46 @@ def test_fresh_process_control_needs_a_reloadable_model(tiny, prompt_ids, monkey
     monkeypatch.setattr(tiny, "source", {"kind": "in-memory"})
     with pytest.raises(CanvaslabError, match="same-process"):
         fresh_process_signature(tiny, BatchStudySettings(batch_sizes=[1]), prompt_ids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state
+
+
+_CONTROL = """import os, sys, time
+from canvaslab.studies.batch_size.repeat_control import die_with_parent
+die_with_parent(os.getppid())
+print("ready", flush=True)
+time.sleep(120)
+"""
+_PARENT = f"""import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", {_CONTROL!r}])
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_fresh_process_control_dies_with_a_killed_study():
+    env = {**os.environ, "PYTHONPATH": SRC}
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True, env=env)
+    child = int(parent.stdout.readline())
+    assert parent.stdout.readline().strip() == "ready"  # the control is running, its death wish set
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child)
+
+
+def test_the_control_exits_at_once_when_its_parent_is_already_gone():
+    request = json.dumps({"parent": -1, "model": {}, "settings": {}, "prompt_ids": []})
+    done = subprocess.run([sys.executable, "-c", "from canvaslab.studies.batch_size.repeat_control import main; main()"],
+                          input=request, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC},
+                          timeout=60)
+    assert done.returncode == 1 and done.stdout == "" and done.stderr == ""  # gone before loading anything

@@ -10,8 +10,10 @@ fresh interpreter with another ``PYTHONHASHSEED``, loading the model the same wa
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import asdict
@@ -58,7 +60,8 @@ def fresh_process_signature(loaded, settings, prompt_ids: list[int]) -> dict[str
     source_root = str(Path(canvaslab.__file__).resolve().parents[1])  # this canvaslab, not another install
     env = {**os.environ, "PYTHONHASHSEED": seed,
            "PYTHONPATH": os.pathsep.join(filter(None, [source_root, os.environ.get("PYTHONPATH")]))}
-    request = {"model": model_spec(loaded), "settings": asdict(settings), "prompt_ids": list(prompt_ids)}
+    request = {"model": model_spec(loaded), "settings": asdict(settings), "prompt_ids": list(prompt_ids),
+               "parent": os.getpid()}
     done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(request), capture_output=True,
                           text=True, env=env)
     if done.returncode != 0:
@@ -79,12 +82,22 @@ def run_repeat_control(loaded, settings, prompt_ids: list[int], reference_signat
             "identical": repeat["signature"] == reference_signature}
 
 
+def die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when its parent dies: a study killed with ``kill -9`` must not
+    leave its control running on, holding a second copy of the model (Linux's PR_SET_PDEATHSIG)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+
 def main() -> None:
     """The fresh process: read the request on stdin, print ``{"signature": ...}`` as the last line."""
+    request = json.load(sys.stdin)
+    die_with_parent(request["parent"])
     from canvaslab.models import load_model
     from canvaslab.studies.batch_size.study import BatchStudySettings, repeat_signature
 
-    request = json.load(sys.stdin)
     model = request["model"]
     loaded = load_model(model["spec"], dtype=model["dtype"], device=model["device"], layers=model["layers"],
                         seed=model["seed"])
