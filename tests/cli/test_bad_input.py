@@ -124,7 +124,8 @@ CASES = {
     "op-scan --out file": (["op-scan", "--out", "afile"], "--out afile"),
     "op-scan --executor bogus": (["op-scan", "--executor", "bogus"], "--executor"),
     # export
-    "export no store": (["export", "folder"], "DIRECTORY folder", "no study store"),
+    "export no store": (["export", "folder"], "folder holds no study store"),
+    "export missing folder": (["export", "nope"], "nope: no such folder"),
     "export --format csv": (["export", "folder", "--format", "csv"], "--format", "parquet"),
     # order-metrics
     "order-metrics missing traces": (["order-metrics", "nope.jsonl", "--out", "o"], "TRACES nope.jsonl", "no such file"),

@@ -15,9 +15,17 @@ FORMATS = ("parquet",)  # canvaslab.studies.engine.export.FORMATS (held equal by
 
 
 def _study_folder(ctx, param, value):
+    if not value.is_dir():
+        raise CanvaslabError(f"{value}: no such folder; give a folder a study wrote (its --out)")
     if not (value / "store" / "plan.json").is_file():
-        raise CanvaslabError(f"DIRECTORY {value}: holds no study store (store/plan.json); give a folder a study wrote")
+        raise CanvaslabError(f"{value} holds no study store (store/plan.json); give a folder a study wrote")
     return value
+
+
+def _parquet_file(ctx, param, value):
+    if value is not None and value.suffix != ".parquet":
+        raise CanvaslabError(f"--out {value}: name a .parquet file (the export is Parquet)")
+    return options.writable_file(ctx, param, value)
 
 
 @app.command("export")
@@ -25,7 +33,7 @@ def export(
     directory: Annotated[Path, typer.Argument(help="a study folder (any study's --out)", callback=_study_folder)],
     format: Annotated[str, typer.Option("--format", help="parquet", callback=options.one_of(FORMATS))] = "parquet",
     out: Annotated[Optional[Path], typer.Option("--out", help="the file to write (default DIR/records.parquet)",
-                                                callback=options.writable_file)] = None,
+                                                callback=_parquet_file)] = None,
 ) -> None:
     """One row per finished unit (its record's fields as columns), readable by pandas and DuckDB."""
     from canvaslab.studies.engine.export import export_parquet

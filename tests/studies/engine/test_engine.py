@@ -209,3 +209,17 @@ def test_export_refuses_a_folder_without_a_store(tmp_path, capsys):
         main(["export", str(tmp_path)])
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2 and "no study store" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, said", [(["missing"], "missing: no such folder"),
+                                        (["s", "--out", "table.csv"], "--out table.csv: name a .parquet file")])
+def test_export_refuses_a_missing_folder_and_a_non_parquet_name(tmp_path, capsys, monkeypatch, args, said):
+    from canvaslab.cli.main import main
+
+    run_study(Squares(n=1), tmp_path / "s")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", *args])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and said in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "table.csv").exists()
