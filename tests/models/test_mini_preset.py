@@ -61,3 +61,11 @@ def test_checkpoint_generation_defaults_come_from_its_generation_config():
     assert loaded.generation_defaults["max_denoising_steps"] == 48
     assert loaded.generation_defaults["eos_token_id"] == [1, 106]
     assert loaded.model.dtype == torch.float32
+
+
+def test_loading_mini_prints_no_progress_bar_without_a_terminal(capfd):
+    from canvaslab.models import load_model
+
+    capfd.readouterr()
+    load_model("mini")
+    assert "Loading" not in capfd.readouterr().err  # transformers' weight-loading bar, noise in a log

@@ -8,10 +8,12 @@ Every problem a user can cause ends in a one-line ``CanvaslabError``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
@@ -147,11 +149,27 @@ def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int |
     except (OSError, ValueError) as error:
         raise CanvaslabError(f"no usable tokenizer in {path}: {str(error).splitlines()[0]}") from None
     _check_tokenizer(tokenizer, config.text_config.vocab_size, str(path))
-    model = DiffusionGemmaForBlockDiffusion.from_pretrained(
-        path, config=config, dtype=resolve_dtype(dtype, torch.bfloat16), local_files_only=True
-    ).to(device).eval()
+    with progress_bars_only_on_a_terminal():
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(
+            path, config=config, dtype=resolve_dtype(dtype, torch.bfloat16), local_files_only=True
+        ).to(device).eval()
     source = {"kind": "checkpoint", "path": str(path), "layers": config.text_config.num_hidden_layers}
     return LoadedModel(model, tokenizer, source, checkpoint_generation_defaults(model))
+
+
+@contextlib.contextmanager
+def progress_bars_only_on_a_terminal() -> Iterator[None]:
+    """transformers' weight-loading bar helps on a terminal; in a log or pipe it is noise between our lines."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    if not sys.stderr.isatty():
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def checkpoint_generation_defaults(model) -> dict[str, Any]:

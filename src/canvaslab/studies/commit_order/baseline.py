@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import read_json, write_json_atomic
-from canvaslab.models.loading import resolve_device, resolve_dtype
+from canvaslab.models.loading import progress_bars_only_on_a_terminal, resolve_device, resolve_dtype
 from canvaslab.models.mini import PACKAGED_BASELINES, packaged_folder
 from canvaslab.studies.commit_order.probes import Probe, score
 from canvaslab.studies.commit_order.prompting import encode_prompt, uses_chat_template
@@ -49,7 +49,8 @@ def load_causal_lm(path: str | Path, *, device: str = "cpu", dtype: str = "auto"
     torch_dtype = "auto" if dtype == "auto" else resolve_dtype(dtype, torch.float32)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
+        with progress_bars_only_on_a_terminal():
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
     except (OSError, ValueError, KeyError) as error:
         raise CanvaslabError(f"--baseline {path}: cannot load a causal LM ({str(error).splitlines()[0]})") from None
     if tokenizer.pad_token is None:  # batches are padded; a model without a pad token pads with EOS
