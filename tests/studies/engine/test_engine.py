@@ -124,7 +124,7 @@ def test_records_and_views_have_ordinary_file_modes(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["truncated", "edited", "other unit"])
-def test_a_damaged_record_is_set_aside_and_its_unit_redone(tmp_path, damage):
+def test_a_damaged_record_is_set_aside_and_its_unit_redone(tmp_path, damage, capsys):
     log = tmp_path / "log"
     reference, _ = run_study(Squares(n=3), tmp_path / "whole")
     run_study(Squares(n=3, log=str(log)), tmp_path / "s")
@@ -137,6 +137,7 @@ def test_a_damaged_record_is_set_aside_and_its_unit_redone(tmp_path, damage):
     assert (outcome.ran, outcome.skipped) == (1, 2) and _runs(log).count("u/1") == 2
     assert path.with_name(path.name + ".damaged").read_text() == damaged  # kept for inspection
     assert view == reference
+    assert f"{path} is damaged: kept as {path.name}.damaged, its unit runs again" in capsys.readouterr().err
 
 
 def test_a_raising_unit_is_retried_then_reported_and_the_others_go_on(tmp_path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote, unquote
@@ -103,7 +104,8 @@ class Store:
         try:
             os.rename(path, aside)
         except FileNotFoundError:  # another process set it aside first
-            pass
+            return
+        print(f"{path} is damaged: kept as {aside.name}, its unit runs again", file=sys.stderr)
 
     def has(self, unit: str) -> bool:
         return self.load(unit) is not None
