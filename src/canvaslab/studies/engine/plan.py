@@ -59,7 +59,8 @@ def _short(value: Any) -> str:
 
 
 def _change(old: Any, new: Any) -> str:
-    if isinstance(old, list) and isinstance(new, list) and len(old) != len(new):
+    shortened = _short(old) != canonical_json(old) or _short(new) != canonical_json(new)
+    if isinstance(old, list) and isinstance(new, list) and len(old) != len(new) and shortened:
         return f"had {len(old)} entries, now {len(new)}"  # their shortened texts may read the same
     return f"was {_short(old)}, now {_short(new)}"
 
