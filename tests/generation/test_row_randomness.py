@@ -68,3 +68,33 @@ def test_sampler_and_multinomial_route_through_row_streams():
     with RowKeyedMultinomial(streams):
         sampled = torch.multinomial(probs, num_samples=1)
     assert torch.equal(sampled, streams.categorical(probs))
+
+
+def test_decoder_pass_runs_without_the_sampling_mode(tiny, prompt_ids):
+    """The per-row multinomial mode is off the stack inside the decoder's forward (every op there would
+    otherwise pay a Python call)."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    from canvaslab.generation import generate
+
+    seen = []
+    hook = tiny.model.model.decoder.register_forward_pre_hook(
+        lambda module, args: seen.append([type(m).__name__ for m in _get_current_function_mode_stack()]))
+    try:
+        output = generate(tiny, [prompt_ids], seed=3, generation={"max_denoising_steps": 2})
+    finally:
+        hook.remove()
+    assert len(seen) == output.rows[0].passes[0] and all("RowKeyedMultinomial" not in stack for stack in seen)
+
+
+def test_suspended_keeps_a_mode_that_is_not_on_top():
+    """Under another function mode entered later the sampling mode stays: slower, never wrong."""
+    from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+
+    multinomial = RowKeyedMultinomial(_streams(["a"]))
+    with multinomial:
+        with multinomial.suspended():
+            assert multinomial not in _get_current_function_mode_stack()
+        assert _get_current_function_mode_stack()[-1] is multinomial
+        with TorchFunctionMode(), multinomial.suspended():
+            assert multinomial in _get_current_function_mode_stack()

@@ -20,6 +20,7 @@ noise_app = typer.Typer(help="The unused-token noise study: register a plan, the
 app.add_typer(noise_app, name="noise-study")
 
 DESIGNS = ("default", "small")  # canvaslab.studies.unused_tokens.plan's designs (held equal by tests/cli)
+DEFAULT_BATCH_SIZE = 36  # the study's DEFAULT_BATCH_SIZE (held equal by tests/cli), not imported: scipy's second
 
 
 @noise_app.command("plan")
@@ -67,8 +68,9 @@ def run_command(
                                               callback=options.existing_writable_folder)],
     device: options.Device = "cpu",
     dtype: options.Dtype = "auto",
-    batch_size: Annotated[int, typer.Option("--batch-size", help="rows of the safeguard's batched runs",
-                                            callback=options.whole_number(1))] = 8,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="rows of the safeguard's batched runs (36: one "
+                                                                 "per prompt, seed and budget of the default design)",
+                                            callback=options.whole_number(1))] = DEFAULT_BATCH_SIZE,
     mode: options.Mode = "stock",
     limit: Annotated[Optional[int], typer.Option("--limit", help="run at most N more conditions, then report",
                                                  callback=options.whole_number(1))] = None,

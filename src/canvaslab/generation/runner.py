@@ -289,7 +289,9 @@ def generate(
             stack.enter_context(_instance_override(model, "_denoising_step", fused))
             stack.enter_context(streamed_self_conditioning(model))
         elif randomness is not None:
-            stack.enter_context(RowKeyedMultinomial(randomness))
+            multinomial = stack.enter_context(RowKeyedMultinomial(randomness))
+            # The loop takes ``self.forward`` as its decoder pass: run it without the mode's per-op cost
+            stack.enter_context(_instance_override(model, "forward", multinomial.suspended_during(model.forward)))
         else:
             torch.manual_seed(seed)
         _notify_phase(observers, "generate")
