@@ -20,7 +20,7 @@ noise_app = typer.Typer(help="The unused-token noise study: register a plan, the
 app.add_typer(noise_app, name="noise-study")
 
 DESIGNS = ("default", "small")  # canvaslab.studies.unused_tokens.plan's designs (held equal by tests/cli)
-DEFAULT_BATCH_SIZE = 36  # the study's DEFAULT_BATCH_SIZE (held equal by tests/cli), not imported: scipy's second
+DEFAULT_BATCH_SIZE = 36  # the study's own (held equal by tests); importing it here would load scipy to parse
 
 
 @noise_app.command("plan")

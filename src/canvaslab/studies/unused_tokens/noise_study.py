@@ -250,8 +250,8 @@ def _refuse_old_results(plan_dir: Path) -> None:
 
 
 def run_noise_study(plan_dir: str | Path, loaded: LoadedModel | None = None, *, device: str = "cpu",
-                    dtype: str = "auto", batch_size: int = DEFAULT_BATCH_SIZE, mode: str = "stock", limit: int | None = None,
-                    progress: ProgressCallback | None = None, **engine: Any) -> dict[str, Any]:
+                    dtype: str = "auto", batch_size: int = DEFAULT_BATCH_SIZE, mode: str = "stock",
+                    limit: int | None = None, progress: ProgressCallback | None = None, **engine: Any) -> dict[str, Any]:
     """Run (or resume) the plan in ``plan_dir``; returns what it writes to ``noise_study.json``.
 
     ``loaded`` defaults to the plan's model on ``device``/``dtype``; ``limit`` caps the conditions run this
