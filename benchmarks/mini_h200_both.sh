@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Train `mini` on GPU 0 and its AR sibling on GPU 1 at the same time (same examples, same step count:
 # the diffusion model's time budget fixes it, the sibling waits for that number), evaluate each on its
-# GPU, then run the studies on the trained models until DEADLINE_S after the start: GPU 1 the
-# commit-order study on the mini probe suite with the sibling as baseline, GPU 0 the default
-# (2,304-condition) noise study (resumable: its store keeps every finished condition).
+# GPU, and run the studies on the trained models until DEADLINE_S after the start: GPU 0 the default
+# (2,304-condition) noise study beside the diffusion model's evaluation (resumable: its store keeps
+# every finished condition), GPU 1 after the sibling the commit-order study on the mini probe suite with
+# the sibling as baseline.
 # Each trained model is copied into the package's preset folder (assets/mini, assets/mini-ar) of the
 # canvaslab on PYTHONPATH as soon as it is saved, so the studies run on `--model mini` and
 # `--baseline mini`, the commands a user types, and the noise study's plan names the preset.
@@ -17,8 +18,9 @@
 # noise study's rare-token control is the training text's rarest tokens.
 # Environment: BATCH (default 512), DEVICE (default cuda; DEVICE=cpu BATCH=4 ORDER_ARGS="--seeds 1
 # --prompts-per-regime 1 --bootstrap 0" NOISE_BATCH=1 is a smoke test of this script on a CPU),
-# ORDER_ARGS (default "--seeds 5 --prompts-per-regime 20"), NOISE_BATCH (default 8), TINY=1 (a toy-sized
-# model, with DEVICE=cpu: a dry run of the whole script in a few CPU minutes).
+# ORDER_ARGS (default "--seeds 5 --prompts-per-regime 20"), NOISE_BATCH (default 8), STEPS (the most
+# steps, default 4000), TINY=1 (a toy-sized model; with DEVICE=cpu STEPS=8: a dry run of the whole
+# script in a few CPU minutes).
 set -u
 passages=$1 run=$2 pack=$3 budget=${4:-360} examples=${5:-300000} lr=${6:-7e-4} per_task=${7:-100} deadline=${8:-560}
 counts=${9:+--token-counts $9}
@@ -26,7 +28,7 @@ here=$(dirname "$0")
 start=$SECONDS
 left() { local s=$(( deadline - (SECONDS - start) )); echo $(( s > 1 ? s : 1 )); }
 device=${DEVICE:-cuda} batch=${BATCH:-512} order_args=${ORDER_ARGS:---seeds 5 --prompts-per-regime 20}
-noise_batch=${NOISE_BATCH:-8} tiny=${TINY:+--tiny}
+noise_batch=${NOISE_BATCH:-8} tiny=${TINY:+--tiny} steps=${STEPS:-4000}
 assets=$(python -c 'from canvaslab.models.mini import packaged_folder; print(packaged_folder("mini").parent)')
 mkdir -p "$run/bin" "$pack"
 # `canvaslab` without an installed console script (the package travels as source on PYTHONPATH)
@@ -40,31 +42,33 @@ if python -c 'from canvaslab.studies.commit_order.sandbox import require_isolati
 # ship SAVED_FOLDER PRESET: the trained model becomes the package's preset (weights, config, tokenizer)
 ship() { rm -f "$assets/$2"/model*.safetensors* && cp "$1"/* "$assets/$2/"; }
 common=(--passages "$passages" --batch-size "$batch" --device "$device" --lr "$lr" --examples "$examples"
-        --eval-per-task "$per_task" --eval-tasks "$eval_tasks" --pack "$pack" --steps 4000 $tiny)
-CUDA_VISIBLE_DEVICES=0 python "$here/mini_train_h200.py" --out "$run/d" --kinds diffusion --eval-models diffusion \
+        --eval-per-task "$per_task" --eval-tasks "$eval_tasks" --pack "$pack" --steps "$steps" $tiny)
+CUDA_VISIBLE_DEVICES=0 timeout "$(left)" python "$here/mini_train_h200.py" --out "$run/d" --kinds diffusion --eval-models diffusion \
     --time-budget "$budget" --steps-file "$run/steps.txt" "${common[@]}" > "$run/train_diffusion.log" 2>&1 &
 diffusion=$!
 (
   export CUDA_VISIBLE_DEVICES=1
   [ "$device" = cpu ] && export CUDA_VISIBLE_DEVICES=
-  python "$here/mini_train_h200.py" --out "$run/a" --kinds causal --eval-models autoregressive \
+  timeout "$(left)" python "$here/mini_train_h200.py" --out "$run/a" --kinds causal --eval-models autoregressive \
       --steps-from "$run/steps.txt" "${common[@]}" > "$run/train_autoregressive.log" 2>&1
   ship "$run/a/autoregressive" mini-ar
-  while [ ! -f "$run/d/diffusion/generation_config.json" ] && [ "$(left)" -gt 1 ]; do sleep 2; done
-  sleep 5
-  ship "$run/d/diffusion" mini && touch "$run/shipped"
+  while [ ! -f "$run/shipped" ] && [ "$(left)" -gt 1 ]; do sleep 2; done
   # shellcheck disable=SC2086
   timeout "$(left)" canvaslab order-study --model mini --suite mini --regimes "$regimes" --device "$device" \
       $order_args --baseline mini --out "$run/order_study" > "$run/order_study.log" 2>&1
   echo "order-study exit $?" >> "$run/order_study.log"
 ) &
 sibling=$!
-wait "$diffusion"
-while [ ! -f "$run/shipped" ] && [ "$(left)" -gt 1 ]; do sleep 2; done
+# The studies start as soon as the diffusion model is saved, beside its evaluation: a GPU that a
+# 15M-parameter model leaves mostly idle runs two such processes at nearly full speed each.
+while [ ! -f "$run/d/diffusion/generation_config.json" ] && [ "$(left)" -gt 1 ]; do sleep 2; done
+sleep 3
+ship "$run/d/diffusion" mini && touch "$run/shipped"
 canvaslab noise-study plan --model mini --out "$run/noise_study" $counts > "$run/noise_study.log" 2>&1
 CUDA_VISIBLE_DEVICES=0 timeout "$(( $(left) - 25 > 1 ? $(left) - 25 : 1 ))" canvaslab noise-study run "$run/noise_study" \
     --device "$device" --batch-size "$noise_batch" >> "$run/noise_study.log" 2>&1
 echo "noise-study exit $?" >> "$run/noise_study.log"
+wait "$diffusion"
 wait "$sibling"
 python - "$run" <<'PY'
 import json, shutil, sys
@@ -80,9 +84,11 @@ for folder in ("d", "a"):
         shutil.copy(str(quality), str(run / quality.name))
 PY
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$pack/gpu.txt" 2>&1
-# the order study's store records repeat its traces: only the views travel in results.tgz
-tar -czf "$pack/results.tgz" --exclude='model*.safetensors' --exclude='traces.jsonl' \
-    --exclude='./order_study/store/records' -C "$run" .
+# the order study's store records repeat its traces: only its views travel in results.tgz (the records
+# too if the study was cut short before writing them)
+keep_records=(--exclude='./order_study/store/records')
+[ -f "$run/order_study/order_metrics.json" ] || keep_records=()
+tar -czf "$pack/results.tgz" --exclude='model*.safetensors' --exclude='traces.jsonl' "${keep_records[@]}" -C "$run" .
 rm -f "$pack"/run-*.tgz
 if [ -f "$run/order_study/traces.jsonl" ]; then
   gzip -c "$run/order_study/traces.jsonl" > "$run/traces.jsonl.gz"

@@ -42,7 +42,8 @@ def _pack_weights(folder: Path, pack: Path | None) -> None:
 def _steps_writer(path: Path | None):
     """Writes the diffusion model's step count once its time budget has fixed it."""
     def on_entry(kind: str, entry: dict) -> None:
-        if path is not None and kind == "diffusion" and entry["step"] >= 70 and not path.exists():
+        final = entry["step"] >= 70 or entry["step"] == entry["total_steps"] - 1  # a budget fixes it at step 70
+        if path is not None and kind == "diffusion" and final and not path.exists():
             path.write_text(str(entry["total_steps"]))
     return on_entry
 
