@@ -25,6 +25,11 @@ from canvaslab.training.loop import TrainSettings
 from canvaslab.training.run import RunSpec, evaluate_models, train_models
 
 
+TINY = {"text_overrides": (("hidden_size", 32), ("intermediate_size", 64), ("num_hidden_layers", 2),
+                           ("num_attention_heads", 2), ("head_dim", 16), ("global_head_dim", 16),
+                           ("moe_intermediate_size", 16), ("num_experts", 4)), "canvas_length": 32}
+
+
 def _pack_weights(folder: Path, pack: Path | None) -> None:
     """Each model's weights leave as soon as they exist (a later failure cannot lose them)."""
     if pack is not None:
@@ -37,7 +42,8 @@ def _pack_weights(folder: Path, pack: Path | None) -> None:
 def _steps_writer(path: Path | None):
     """Writes the diffusion model's step count once its time budget has fixed it."""
     def on_entry(kind: str, entry: dict) -> None:
-        if path is not None and kind == "diffusion" and entry["step"] >= 70 and not path.exists():
+        final = entry["step"] >= 70 or entry["step"] == entry["total_steps"] - 1  # a budget fixes it at step 70
+        if path is not None and kind == "diffusion" and final and not path.exists():
             path.write_text(str(entry["total_steps"]))
     return on_entry
 
@@ -65,10 +71,12 @@ def main() -> None:
     parser.add_argument("--pack", type=Path)
     parser.add_argument("--kinds", default="diffusion,causal", help="which models to train")
     parser.add_argument("--eval-models", default="diffusion,autoregressive")
+    parser.add_argument("--eval-tasks", default="", help="comma-separated subset (default all; code needs the sandbox)")
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps-file", type=Path, help="write the step count the time budget fixed here")
     parser.add_argument("--steps-from", type=Path, help="train for the step count written there")
+    parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
     args = parser.parse_args()
     started = time.perf_counter()
     if args.steps_from is not None:
@@ -77,14 +85,15 @@ def main() -> None:
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
                              warmup_steps=min(args.warmup, args.steps // 10 + 1), time_budget_s=args.time_budget)
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
-                   kinds=tuple(args.kinds.split(",")))
+                   kinds=tuple(args.kinds.split(",")), **(TINY if args.tiny else {}))
     train_models(spec, log=lambda m: print(m, flush=True), on_saved=lambda folder: _pack_weights(folder, args.pack),
                  on_entry=_steps_writer(args.steps_file))
     print(f"trained in {time.perf_counter() - started:.1f} s", flush=True)
     if args.eval_per_task:
         try:
             evaluate_models(args.out, args.passages, args.eval_per_task, args.device, log=lambda m: print(m, flush=True),
-                            models=tuple(args.eval_models.split(",")))
+                            models=tuple(args.eval_models.split(",")),
+                            tasks=tuple(t for t in args.eval_tasks.split(",") if t))
         except Exception:  # the trained weights and training.json still come back
             traceback.print_exc()
     try:

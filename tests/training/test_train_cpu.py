@@ -20,7 +20,8 @@ from canvaslab.models.mini import MINI_EOS_IDS, mini_config
 from canvaslab.studies.commit_order.baseline import load_causal_lm
 from canvaslab.studies.commit_order.prompting import encode_prompt
 from canvaslab.training.card import write_card
-from canvaslab.training.loop import TrainSettings
+from canvaslab.training.batches import Pool
+from canvaslab.training.loop import TrainSettings, train
 from canvaslab.training.objective import (DiffusionBatch, NoiseSchedule, diffusion_loss, noise_canvas,
                                          position_weights, weighted_canvas_loss)
 from canvaslab.training.run import RunSpec, train_models
@@ -88,7 +89,7 @@ def test_noise_is_nested_and_uniform_over_the_vocabulary():
     assert bool((low[~low_mask] == 0).all())
 
 
-def test_self_conditioning_rows_follow_the_mask():
+def test_self_conditioning_changes_the_loss():
     torch.manual_seed(0)
     model = DiffusionGemmaForBlockDiffusion(mini_config(canvas_length=8, **dict(TOY))).eval()
     batch = DiffusionBatch(torch.randint(5, 4000, (3, 5)), torch.ones((3, 5), dtype=torch.bool),
@@ -98,8 +99,27 @@ def test_self_conditioning_rows_follow_the_mask():
     with torch.no_grad():
         with_sc = diffusion_loss(model, batch, always, torch.Generator().manual_seed(1))
         without = diffusion_loss(model, batch, never, torch.Generator().manual_seed(1))
+        forced = diffusion_loss(model, batch, never, torch.Generator().manual_seed(1), self_condition=True)
     assert torch.isfinite(with_sc) and torch.isfinite(without)
     assert float(with_sc) != float(without)
+    assert float(forced) != float(without)  # the caller's per-step draw overrides the schedule's
+
+
+def test_the_self_conditioning_pass_runs_on_about_half_the_steps_only():
+    """The extra decoder pass without gradient costs a forward; it ran on nearly every step while the
+    draw was per row (a batch of 4 has a self-conditioned row with probability 15/16)."""
+    torch.manual_seed(0)
+    model = DiffusionGemmaForBlockDiffusion(mini_config(canvas_length=16, **dict(TOY)))
+    pool = Pool([], [[2, 105, 40 + i, 106] for i in range(16)], [[50 + i, 51, 106] for i in range(16)])
+    pool.tasks = ["add2"] * 16
+    passes = []
+    handle = model.model.decoder.register_forward_hook(lambda *args: passes.append(1))
+    try:
+        train(model, pool, TrainSettings(steps=16, batch_size=4, warmup_steps=1, log_every=100), "diffusion",
+              canvas_length=16)
+    finally:
+        handle.remove()
+    assert 16 + 4 <= len(passes) <= 32 - 4, len(passes)
 
 
 def test_answer_tokens_dominate_the_loss_not_the_pad_tail():

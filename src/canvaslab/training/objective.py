@@ -10,12 +10,13 @@ The diffusion objective is the training-time mirror of transformers' generate lo
   a random fraction ``r ~ U(r_min, 1)`` of its positions is replaced by tokens drawn uniformly from the
   WHOLE vocabulary (unused ids included), which is what ``initialize_canvas``/``renoise_canvas`` do
   (r = 1 is the first denoising step; smaller r the later steps, where accepted tokens stay);
-- self-conditioning: for a random half of the rows, a first decoder pass without gradient on a
-  noisier copy of the canvas (the previous step saw fewer accepted tokens) gives logits, which are
-  divided by a temperature drawn from ``[t_min, t_max]`` and cast to the embedding dtype exactly as
+- self-conditioning: on a random half of the steps (one host-side draw per step, as in Chen et al.'s
+  self-conditioning recipe: a per-row draw ran the extra pass on nearly every step, and reading a
+  device draw back stalled the GPU), a first decoder pass without gradient on a noisier copy of the
+  canvas (the previous step saw fewer accepted tokens) gives logits, which are divided by a
+  temperature drawn per row from ``[t_min, t_max]`` and cast to the embedding dtype exactly as
   ``_denoising_step`` hands them to the next step, and enter the second pass through
-  ``self_conditioning_logits`` / ``self_conditioning_mask`` (the mask zeroes the signal for the
-  other rows, as on a first step);
+  ``self_conditioning_logits``; the other steps get none, as generate's first pass does;
 - loss: cross-entropy of the softcapped logits against the clean canvas at every position (noised or
   not: the sampler's entropy bound and the stopping rule read the entropy of all positions, so kept
   tokens and the pad tail must be predicted confidently too), as a weighted mean: an answer is 10-40
@@ -72,7 +73,9 @@ def noise_canvas(canvas: torch.Tensor, rate: torch.Tensor, vocab_size: int, gene
     return torch.where(noised, random_tokens, canvas), noised
 
 
-def _decoder_logits(model, cache, batch: DiffusionBatch, canvas: torch.Tensor, **self_conditioning) -> torch.Tensor:
+def decoder_logits(model, cache, batch: DiffusionBatch, canvas: torch.Tensor, **self_conditioning) -> torch.Tensor:
+    """The decoder's softcapped logits for ``canvas`` given the encoded prefix: the call generate makes
+    at every denoising pass (same positions, same 2-D mask over the left-padded prefix)."""
     length = batch.encoder_ids.shape[1]
     positions = torch.arange(length, length + canvas.shape[1], device=canvas.device)[None]
     decoder_mask = F.pad(batch.encoder_mask, (0, canvas.shape[1]), value=True)
@@ -96,27 +99,29 @@ def position_weights(canvas: torch.Tensor, noised: torch.Tensor, schedule: Noise
 
 
 def diffusion_loss(model, batch: DiffusionBatch, schedule: NoiseSchedule, generator: torch.Generator,
-                   metrics: dict | None = None) -> torch.Tensor:
+                   metrics: dict | None = None, self_condition: bool | None = None) -> torch.Tensor:
     """One training loss of the denoiser on ``batch`` (see the module docstring); ``metrics``, when given,
     receives the loss and argmax accuracy on the noised answer (non-pad) tokens alone, the part that
-    says whether the model answers rather than pads."""
+    says whether the model answers rather than pads. ``self_condition``: whether this step runs the
+    self-conditioning pass (the training loop draws it on the host; None draws it from ``generator``)."""
     rows, device, vocab = batch.canvas.shape[0], batch.canvas.device, model.config.text_config.vocab_size
     rate = schedule.min_rate + (1 - schedule.min_rate) * torch.rand(rows, generator=generator, device=device)
     keep = torch.rand(batch.canvas.shape, generator=generator, device=device)
     noisy, noised = noise_canvas(batch.canvas, rate, vocab, generator, keep)
     cache = encode_prefix(model, batch)
-    use_sc = torch.rand(rows, generator=generator, device=device) < schedule.self_conditioning_probability
+    if self_condition is None:
+        self_condition = bool(torch.rand((), generator=generator, device=device) < schedule.self_conditioning_probability)
     self_conditioning = {}
-    if bool(use_sc.any()):
+    if self_condition:
         earlier_rate = rate + (1 - rate) * torch.rand(rows, generator=generator, device=device)
         earlier, _ = noise_canvas(batch.canvas, earlier_rate, vocab, generator, keep)
         temperature = schedule.t_min + (schedule.t_max - schedule.t_min) * torch.rand(
             rows, 1, 1, generator=generator, device=device)
         with torch.no_grad():
-            previous = _decoder_logits(model, cache, batch, earlier) / temperature
+            previous = decoder_logits(model, cache, batch, earlier) / temperature
         embed_dtype = anatomy.self_conditioning_embedding(model).dtype
-        self_conditioning = {"self_conditioning_logits": previous.to(embed_dtype), "self_conditioning_mask": use_sc}
-    logits = _decoder_logits(model, cache, batch, noisy, **self_conditioning)
+        self_conditioning = {"self_conditioning_logits": previous.to(embed_dtype)}
+    logits = decoder_logits(model, cache, batch, noisy, **self_conditioning)
     return weighted_canvas_loss(logits, batch.canvas, noised, schedule, metrics)
 
 
