@@ -129,6 +129,55 @@ def test_invariant_experts_grouped_path_matches_per_expert_path():
 
 
 @settings(max_examples=6, deadline=None)
+@given(tokens=st.integers(1, 13), top_k=st.integers(1, 8), h=st.sampled_from([1, 64, 100, 2816]),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 99))
+def test_expert_combine_matches_unpermute_weight_and_add(tokens, top_k, h, dtype, seed):
+    # float32: elementwise products and adds in a fixed order, no BLAS: the interpreter's numpy computes them
+    # IEEE-exactly, so the bits must equal the torch ops the kernel replaces. bfloat16: the interpreter
+    # truncates float32 -> bfloat16 where the GPU rounds to nearest, so only closeness holds here (the
+    # bits are checked on the GPU, tests/gpu). A token's result is its own either way.
+    from canvaslab.invariant.experts import combine_in_order
+
+    gen = torch.Generator().manual_seed(seed)
+    routed = (torch.randn(tokens * top_k, h, generator=gen) * 3).to(dtype)
+    routed[0, 0] = -0.0  # a -0.0 product must survive as in the stock sum
+    order = torch.randperm(tokens * top_k, generator=gen)
+    slots = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel())).view(tokens, top_k)
+    weights = torch.rand(tokens, top_k, generator=gen)
+    outputs = torch.empty_like(routed)
+    outputs[order] = routed
+    expected = combine_in_order(outputs.view(tokens, top_k, h), weights).to(dtype)
+    fused = triton_kernels.combine_experts(routed.to(DEVICE), slots.to(DEVICE), weights.to(DEVICE)).cpu()
+    if dtype == torch.float32:
+        assert torch.equal(fused.view(torch.int32), expected.view(torch.int32))  # signs of zeros too
+    else:
+        scale = combine_in_order(outputs.abs().view(tokens, top_k, h), weights)  # the terms' magnitudes
+        assert ((fused.float() - expected.float()).abs() <= 2 ** -5 * scale).all()  # an ulp per rounding (4)
+    last = triton_kernels.combine_experts(routed.to(DEVICE), slots[-1:].to(DEVICE), weights[-1:].to(DEVICE)).cpu()
+    assert torch.equal(last[0], fused[-1])
+
+
+def test_grouped_tile_order_writes_every_tile_once(monkeypatch):
+    # The wide plan's tile order (groups of GROUP_M row tiles) at toy tiles: M spans two full groups and a
+    # partial one, N a partial column tile; the output starts as NaN, so a tile never written shows.
+    plan = {"split": 1, "BM": 16, "BN": 16, "BK": 16, "GROUP_M": 2, "num_warps": 4, "num_stages": 3}
+    monkeypatch.setattr(triton_kernels, "matmul_plan", lambda k, n, fp32=False: plan)
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: real_empty(*a, **k).fill_(float("nan")))
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randn(83, 40, generator=gen), torch.randn(40, 37, generator=gen)
+    out = triton_kernels.matmul(a.to(DEVICE), b.to(DEVICE)).cpu()
+    torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_plan_is_wide_and_grouped_only_for_long_k_in_16_bits():
+    long_k = triton_kernels.matmul_plan(262_144, 2816)
+    assert (long_k["BN"], long_k["GROUP_M"], long_k["split"]) == (256, 8, triton_kernels.split_k_plan(262_144, 2816))
+    assert triton_kernels.matmul_plan(262_144, 2816, fp32=True)["BN"] == triton_kernels.BLOCK_N
+    assert triton_kernels.matmul_plan(2816, 262_144)["GROUP_M"] == 0
+
+
+@settings(max_examples=6, deadline=None)
 @given(rows=st.integers(1, 9), d=st.sampled_from([1, 16, 100, 256, 2816, 5000]), with_scale=st.booleans(),
        dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 99))
 def test_fused_rms_norm_matches_the_model_norm_and_row_equals_one_row_result(rows, d, with_scale, dtype, seed):
