@@ -3,7 +3,8 @@
 Tokens are grouped by expert with a stable sort (one answer, whatever the batch). On CUDA both
 projections run as one grouped Triton launch each (``triton_kernels.grouped_linear``): fixed tiles,
 the whole K range reduced in order, the tile schedule computed on the device. On the CPU each expert's
-tokens go through ``F.linear`` (so the CPU's batch-invariant matmul computes them). Each token's top-k
+tokens go through ``F.linear`` (so the CPU's batch-invariant matmul computes them). Compiled code calls
+both projections as ``canvaslab::grouped_linear`` ops (the same kernels, opaque to the compiler). Each token's top-k
 expert outputs are then combined in a fixed order, with no atomic ``index_add_``, whose order could
 vary between runs.
 """
@@ -14,6 +15,8 @@ import torch
 from torch.nn import functional as F
 from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
+from canvaslab.invariant import custom_ops
+
 NAME = "canvaslab_invariant"
 
 
@@ -23,6 +26,13 @@ def _grouped_on_cuda(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.
     transposed, schedule = getattr(self, "is_transposed", False), expert_schedule(counts)
     gated = self._apply_gate(grouped_linear(routed, self.gate_up_proj, schedule, transposed))
     return grouped_linear(gated, self.down_proj, schedule, transposed)
+
+
+def _grouped_ops(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Both projections as ``canvaslab::grouped_linear`` ops: what compiled code runs, on either device."""
+    transposed = getattr(self, "is_transposed", False)
+    gated = self._apply_gate(custom_ops.grouped_linear(routed, self.gate_up_proj, counts, transposed))
+    return custom_ops.grouped_linear(gated, self.down_proj, counts, transposed)
 
 
 def _per_expert_on_cpu(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -47,7 +57,10 @@ def invariant_experts_forward(self, hidden_states: torch.Tensor, top_k_index: to
     counts = torch.zeros(self.num_experts, dtype=torch.int64, device=flat_experts.device)
     counts.index_add_(0, flat_experts, torch.ones_like(flat_experts))
     routed = hidden_states[order // top_k]
-    compute = _grouped_on_cuda if hidden_states.is_cuda else _per_expert_on_cpu
+    if torch.compiler.is_compiling():
+        compute = _grouped_ops
+    else:
+        compute = _grouped_on_cuda if hidden_states.is_cuda else _per_expert_on_cpu
     outputs = torch.empty_like(routed)
     outputs[order] = compute(self, routed, counts)
     weighted = outputs.view(tokens, top_k, -1) * top_k_weights[..., None].to(outputs.dtype)
