@@ -3,11 +3,12 @@
 Tokens are grouped by expert with a stable sort (one answer, whatever the batch). On CUDA both
 projections run as one grouped Triton launch each (``triton_kernels.grouped_linear``): fixed tiles,
 the whole K range reduced in order, the tile schedule computed on the device. On the CPU each expert's
-tokens go through ``F.linear`` (so the CPU's batch-invariant matmul computes them). Each token's top-k
+tokens go through ``F.linear`` (so the CPU's batch-invariant matmul computes them). Compiled code calls
+both projections as ``canvaslab::grouped_linear`` ops (the same kernels, opaque to the compiler). Each token's top-k
 expert outputs are then combined in a fixed order, with no atomic ``index_add_``, whose order could
-vary between runs: on CUDA in one Triton pass that reads each token's outputs where the experts left
-them (``triton_kernels.combine_experts``: the same bits as un-permute, weight and add, which took three
-passes and ~13% of the GPU time at B=64), on the CPU with torch ops.
+vary between runs: on CUDA (eager) in one Triton pass that reads each token's outputs where the experts
+left them (``triton_kernels.combine_experts``: the same bits as un-permute, weight and add, which took
+three passes and ~13% of the GPU time at B=64), in compiled code and on the CPU with torch ops.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+from canvaslab.invariant import custom_ops
 
 NAME = "canvaslab_invariant"
 
@@ -25,6 +28,13 @@ def _grouped_on_cuda(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.
     transposed, schedule = getattr(self, "is_transposed", False), expert_schedule(counts)
     gated = self._apply_gate(grouped_linear(routed, self.gate_up_proj, schedule, transposed))
     return grouped_linear(gated, self.down_proj, schedule, transposed)
+
+
+def _grouped_ops(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Both projections as ``canvaslab::grouped_linear`` ops: what compiled code runs, on either device."""
+    transposed = getattr(self, "is_transposed", False)
+    gated = self._apply_gate(custom_ops.grouped_linear(routed, self.gate_up_proj, counts, transposed))
+    return custom_ops.grouped_linear(gated, self.down_proj, counts, transposed)
 
 
 def _per_expert_on_cpu(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -49,13 +59,15 @@ def invariant_experts_forward(self, hidden_states: torch.Tensor, top_k_index: to
     counts = torch.zeros(self.num_experts, dtype=torch.int64, device=flat_experts.device)
     counts.index_add_(0, flat_experts, torch.ones_like(flat_experts))
     routed = hidden_states[order // top_k]
-    if hidden_states.is_cuda:
+    if hidden_states.is_cuda and not torch.compiler.is_compiling():
         from canvaslab.invariant.triton_kernels import combine_experts
 
         slots = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
         return combine_experts(_grouped_on_cuda(self, routed, counts), slots.view(tokens, top_k), top_k_weights)
+    # Compiled code (the grouped products as custom ops; Inductor fuses the combine) and the CPU
+    compute = _grouped_ops if torch.compiler.is_compiling() else _per_expert_on_cpu
     outputs = torch.empty_like(routed)
-    outputs[order] = _per_expert_on_cpu(self, routed, counts)
+    outputs[order] = compute(self, routed, counts)
     return combine_in_order(outputs.view(tokens, top_k, -1), top_k_weights).to(hidden_states.dtype)
 
 
