@@ -428,6 +428,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=200, help="seconds for all stages")
     parser.add_argument("--tiny", action="store_true", help="toy sizes: a dry run on the CPU")
+    parser.add_argument("--stages", default="sweep,cublas_1k,cublas_default,vocab")
+    parser.add_argument("--shapes", type=Path, help="a sweep.json whose recorded shapes to use (no recording run)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = START + args.budget
@@ -439,7 +441,8 @@ def main() -> None:
 
     model, layers = ("tiny", 2) if args.tiny else ("real-shapes", 6)
     batches = [1, 2] if args.tiny else [1, 8, 32, 64]
-    result["shapes"] = record_shapes(layers, model)
+    result["shapes"] = (json.loads(args.shapes.read_text())["shapes"] if args.shapes
+                        else record_shapes(layers, model))
     print("shapes:", json.dumps(result["shapes"]), flush=True)
     save()
     if args.tiny:  # tiny's products are too small to tile: give the sweep a few toy shapes of both layouts
@@ -451,7 +454,7 @@ def main() -> None:
         ("cublas_default", lambda: cublas_check(result["shapes"], batches, args.tiny, False) if CUDA else "no CUDA"),
         ("vocab", lambda: vocab(batches, 5000 if args.tiny else 262_144, 8 if args.tiny else 256, deadline)),
     ]
-    for name, run in stages:
+    for name, run in [(name, run) for name, run in stages if name in args.stages.split(",")]:
         if time.time() > deadline:
             result[name] = "skipped: out of time"
             continue

@@ -10,7 +10,8 @@
 # and the next one runs; a stage is skipped when the time left is below its estimate, and cut at the budget.
 # A dry run on the CPU (every command, toy sizes):
 #   MODEL=tiny DEVICE=cpu L6=2 L30=2 SMALL=1,2 BIG=2 NEEDLE=2,3 bash benchmarks/h200_speed_run.sh /tmp/dry 900
-# Writes OUT_DIR/log.txt and one file per stage. On the lent H200 carry transformers >= 5.23 into /tmp/site.
+# Writes OUT_DIR/log.txt and one file per stage; with SNAPSHOT=FILE.tar.gz, also a tarball of OUT_DIR after each
+# phase (the device returns few files: bring back the tarball). On the H200 carry transformers >= 5.23 into /tmp/site.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash benchmarks/h200_speed_run.sh OUT_DIR [SECONDS_AVAILABLE]}
@@ -45,6 +46,8 @@ throughput() {  # LAYERS BATCHES MODES NAME
     --modes "$3" --steps 4 --repeats 1 --out "$out/$4.json"
 }
 
+snapshot() { [[ -n "${SNAPSHOT:-}" ]] && tar -czf "$SNAPSHOT" -C "$out" . ; true; }
+
 export model device out
 export -f study throughput
 
@@ -58,6 +61,7 @@ stage throughput_6l_b64 30 throughput "$l6" "$big" invariant throughput_6l_b64
 stage throughput_30l 60 throughput "$l30" "$small" stock,invariant throughput_30l
 stage profile_b32 30 python benchmarks/profile_generate.py --model "$model" --layers "$l6" --device "$device" \
   --modes invariant --batch-sizes "${small##*,}" --steps 2 --out "$out/profile_b32_tables.txt"
+snapshot
 
 # Correctness, two lanes at once
 lane_proof() {
@@ -70,16 +74,19 @@ lane_tests() {
   stage gpu_tests 110 python -m pytest -v -p no:cacheprovider tests/gpu tests/invariant/test_triton_kernels.py
   stage proof_6l_invariant_copies 40 study "$l6" invariant_6l_copies --mode invariant --fill copies \
     --batch-sizes "1,2,3,8,${small##*,},$big"
+  stage cublas_invariance 40 python benchmarks/h200_kernel_sweep.py --out "$out/cublas" --budget 60 \
+    --stages cublas_1k,cublas_default --shapes benchmarks/results/h200_kernels_s6/call1/sweep.json
 }
 lane_proof & lane_tests & wait
+snapshot
 
 # 30 layers, alone (51 GB of weights)
 stage proof_30l_invariant_mixed 50 study "$l30" invariant_30l_mixed --mode invariant --fill mixed --batch-sizes "$small"
 stage needle_30l 75 python benchmarks/needle.py --model "$model" --layers "$l30" --device "$device" \
   --batch-sizes "$needle" --mode invariant --steps 4 --out "$out/needle_30l.json"
 stage proof_6l_stock_mixed 30 study "$l6" stock_6l_mixed --mode stock --fill mixed --batch-sizes 1,2,8
-tar -czf "$out/proof.tar.gz" -C "$out" proof && rm -rf "$out/proof"
 echo "done at t=${SECONDS}s" >> "$log"
+snapshot
 cat "$log"
 grep -hE "^(invariant|stock)_" "$out"/proof_*.txt
 grep -hE "passed|failed" "$out/gpu_tests.txt" | tail -n 2
