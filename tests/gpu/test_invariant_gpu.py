@@ -215,3 +215,14 @@ def test_expert_combine_has_the_bits_of_unpermute_weight_and_add_in_bf16():
     fused = combine_experts(routed, slots, weights)
     assert torch.equal(fused.view(torch.int16), expected.view(torch.int16))
     assert torch.equal(combine_experts(routed, slots[-1:], weights[-1:])[0], fused[-1])
+
+
+def test_grouped_linear_gather_has_the_bits_of_indexed_rows():
+    from canvaslab.invariant.triton_kernels import expert_schedule, grouped_linear
+
+    experts, hidden, inter = 128, 2816, 1408
+    gen = torch.Generator().manual_seed(9)
+    x, w = _rand(700, hidden), _rand(experts, inter, hidden, seed=1) / hidden ** 0.5
+    rows = torch.randint(0, 700, (5600,), generator=gen).cuda()
+    schedule = expert_schedule(torch.bincount(torch.randint(0, experts, (5600,), generator=gen), minlength=experts).cuda())
+    assert torch.equal(grouped_linear(x, w, schedule, rows=rows), grouped_linear(x[rows], w, schedule))

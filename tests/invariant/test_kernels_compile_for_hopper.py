@@ -61,6 +61,14 @@ kernel = triton.compile(ASTSource(fn=tk._combine_kernel, signature=signature,
                                   constexprs={"TOP_K": 8, "ROWS": 4, "BLOCK": 1024}),
                         target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 assert kernel.asm["cubin"]
+signature = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "group_ends_ptr": "*i32", "tile_ends_ptr": "*i32",
+             "rows_ptr": "*i64", **dict.fromkeys(["S", "N", "K", "E", "s_xm", "s_xk", "s_we", "s_wk", "s_wn", "s_om",
+                                                   "s_on"], "i32")}
+constexprs = {"E_BLOCK": 128, "K_STEPS": 44, "FP32_INPUTS": False, "GATHER": True, "BM": tk.GROUPED_BLOCK_M,
+              "BN": tk.GROUPED_BLOCK_N, "BK": tk.GROUPED_BLOCK_K}
+kernel = triton.compile(ASTSource(fn=tk._grouped_kernel, signature={**signature, **dict.fromkeys(constexprs, "constexpr")},
+                                  constexprs=constexprs), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+assert kernel.asm["cubin"]
 print("compiled")
 """
 
@@ -77,6 +85,7 @@ def test_vocab_sample_kernel_compiles_for_hopper(vocab):
     _compile_in_a_fresh_process(COMPILE, str(vocab))
 
 
-def test_long_k_matmul_plan_and_expert_combine_compile_for_hopper():
-    # The wide self-conditioning plan (128 x 256 tiles, 8 warps, grouped order) and the combine kernel.
+def test_long_k_matmul_plan_expert_combine_and_gathering_grouped_kernel_compile_for_hopper():
+    # The wide self-conditioning plan (128 x 256 tiles, 8 warps, grouped order), the combine kernel and the
+    # grouped experts' kernel gathering its rows.
     _compile_in_a_fresh_process(COMPILE_MATMUL_AND_COMBINE)

@@ -22,11 +22,14 @@ from canvaslab.invariant import custom_ops
 NAME = "canvaslab_invariant"
 
 
-def _grouped_on_cuda(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+def _grouped_on_cuda(self, routed: torch.Tensor, counts: torch.Tensor,
+                     rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Both projections of the routed rows: ``routed`` itself, or with ``rows`` the rows ``routed[rows]``
+    (gathered by the first kernel's loads)."""
     from canvaslab.invariant.triton_kernels import expert_schedule, grouped_linear
 
     transposed, schedule = getattr(self, "is_transposed", False), expert_schedule(counts)
-    gated = self._apply_gate(grouped_linear(routed, self.gate_up_proj, schedule, transposed))
+    gated = self._apply_gate(grouped_linear(routed, self.gate_up_proj, schedule, transposed, rows=rows))
     return grouped_linear(gated, self.down_proj, schedule, transposed)
 
 
@@ -58,12 +61,13 @@ def invariant_experts_forward(self, hidden_states: torch.Tensor, top_k_index: to
     # Counted with integer atomics (exact in any order); bincount would wait for the GPU to size its output.
     counts = torch.zeros(self.num_experts, dtype=torch.int64, device=flat_experts.device)
     counts.index_add_(0, flat_experts, torch.ones_like(flat_experts))
-    routed = hidden_states[order // top_k]
     if hidden_states.is_cuda and not torch.compiler.is_compiling():
         from canvaslab.invariant.triton_kernels import combine_experts
 
         slots = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
-        return combine_experts(_grouped_on_cuda(self, routed, counts), slots.view(tokens, top_k), top_k_weights)
+        outputs = _grouped_on_cuda(self, hidden_states, counts, rows=order // top_k)
+        return combine_experts(outputs, slots.view(tokens, top_k), top_k_weights)
+    routed = hidden_states[order // top_k]
     # Compiled code (the grouped products as custom ops; Inductor fuses the combine) and the CPU
     compute = _grouped_ops if torch.compiler.is_compiling() else _per_expert_on_cpu
     outputs = torch.empty_like(routed)

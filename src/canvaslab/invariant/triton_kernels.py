@@ -158,9 +158,9 @@ GROUPED_BLOCK_M, GROUPED_BLOCK_N, GROUPED_BLOCK_K = 64, 128, 64
 
 
 @triton.jit(do_not_specialize=["S"])
-def _grouped_kernel(x_ptr, w_ptr, out_ptr, group_ends_ptr, tile_ends_ptr, S, N, K, E,
+def _grouped_kernel(x_ptr, w_ptr, out_ptr, group_ends_ptr, tile_ends_ptr, rows_ptr, S, N, K, E,
                     s_xm, s_xk, s_we, s_wk, s_wn, s_om, s_on,
-                    E_BLOCK: tl.constexpr, K_STEPS: tl.constexpr, FP32_INPUTS: tl.constexpr,
+                    E_BLOCK: tl.constexpr, K_STEPS: tl.constexpr, FP32_INPUTS: tl.constexpr, GATHER: tl.constexpr,
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     tile = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -172,13 +172,17 @@ def _grouped_kernel(x_ptr, w_ptr, out_ptr, group_ends_ptr, tile_ends_ptr, S, N, 
         group_start = tl.load(group_ends_ptr + expert - 1, mask=expert > 0, other=0)
         group_end = tl.load(group_ends_ptr + expert)
         rm = (group_start + (tile - first_tile) * BM + tl.arange(0, BM)).to(tl.int64)
+        if GATHER:  # routed row r reads x's row rows[r]: the routed copy of x is never written
+            xm = tl.load(rows_ptr + rm, mask=rm < group_end, other=0).to(tl.int64)
+        else:
+            xm = rm
         rn = pid_n * BN + tl.arange(0, BN)
         rk = tl.arange(0, BK)
         w_base = w_ptr + expert.to(tl.int64) * s_we
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for step in range(0, K_STEPS):  # K blocks in order
             ks = step * BK + rk
-            a = tl.load(x_ptr + rm[:, None] * s_xm + ks[None, :] * s_xk,
+            a = tl.load(x_ptr + xm[:, None] * s_xm + ks[None, :] * s_xk,
                         mask=(rm[:, None] < group_end) & (ks[None, :] < K), other=0.0)
             b = tl.load(w_base + ks[:, None] * s_wk + rn[None, :] * s_wn,
                         mask=(ks[:, None] < K) & (rn[None, :] < N), other=0.0)
@@ -198,23 +202,25 @@ def expert_schedule(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def grouped_linear(x: torch.Tensor, weight: torch.Tensor, schedule: tuple[torch.Tensor, torch.Tensor],
-                   transposed: bool = False) -> torch.Tensor:
+                   transposed: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Each row of ``x`` times its expert's matrix, for rows grouped by expert (``expert_schedule``).
 
-    ``weight`` is ``(E, N, K)`` as ``F.linear`` takes it, or ``(E, K, N)`` when ``transposed``.
-    The schedule stays on the device, so nothing waits for the GPU.
+    ``weight`` is ``(E, N, K)`` as ``F.linear`` takes it, or ``(E, K, N)`` when ``transposed``. With ``rows``
+    (int64), routed row r is ``x[rows[r]]`` (the gather done by the kernel's loads, the same values as
+    ``x[rows]``). The schedule stays on the device, so nothing waits for the GPU.
     """
-    s, k = x.shape
+    k = x.shape[1]
+    s = rows.numel() if rows is not None else x.shape[0]
     e = weight.shape[0]
     n = weight.shape[2] if transposed else weight.shape[1]
     s_wk, s_wn = (weight.stride(1), weight.stride(2)) if transposed else (weight.stride(2), weight.stride(1))
     group_ends, tile_ends = schedule
     out = torch.empty((s, n), device=x.device, dtype=x.dtype)
     grid = (triton.cdiv(s, GROUPED_BLOCK_M) + e, triton.cdiv(n, GROUPED_BLOCK_N))  # an upper bound on the tiles
-    _grouped_kernel[grid](x, weight, out, group_ends, tile_ends, s, n, k, e,
+    _grouped_kernel[grid](x, weight, out, group_ends, tile_ends, rows if rows is not None else group_ends, s, n, k, e,
                           x.stride(0), x.stride(1), weight.stride(0), s_wk, s_wn, out.stride(0), out.stride(1),
                           E_BLOCK=triton.next_power_of_2(e), K_STEPS=triton.cdiv(k, GROUPED_BLOCK_K),
-                          FP32_INPUTS=x.dtype == torch.float32,
+                          FP32_INPUTS=x.dtype == torch.float32, GATHER=rows is not None,
                           BM=GROUPED_BLOCK_M, BN=GROUPED_BLOCK_N, BK=GROUPED_BLOCK_K)
     return out
 
