@@ -15,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash benchmarks/h200_speed_run.sh OUT_DIR [SECONDS_AVAILABLE]}
-budget=${2:-330}
+budget=${2:-370}
 model=${MODEL:-real-shapes} device=${DEVICE:-cuda} l6=${L6:-6} l30=${L30:-30}
 small=${SMALL:-1,8,32} big=${BIG:-64} needle=${NEEDLE:-64,128}
 mkdir -p "$out/proof"
@@ -69,11 +69,15 @@ lane_proof() {
     --batch-sizes "1,2,3,4,5,6,7,8,${small##*,},$big"
   stage needle_6l 55 python benchmarks/needle.py --model "$model" --layers "$l6" --device "$device" \
     --batch-sizes "$needle" --mode invariant --steps 4 --out "$out/needle_6l.json"
+  stage proof_6l_stock_mixed 30 study "$l6" stock_6l_mixed --mode stock --fill mixed --batch-sizes 1,2,8
 }
 lane_tests() {
   stage gpu_tests 110 python -m pytest -v -p no:cacheprovider tests/gpu tests/invariant/test_triton_kernels.py
   stage proof_6l_invariant_copies 40 study "$l6" invariant_6l_copies --mode invariant --fill copies \
     --batch-sizes "1,2,3,8,${small##*,},$big"
+  # the compiled path (benchmarks/compiled_gpu_commands.md), shortened; its timings share the GPU here
+  stage compiled_run 110 python benchmarks/h200_compiled_run.py --out "$out/compiled" --layers "$l6" \
+    --seconds 100 --proof-sizes 1,2,8,32 --throughput-sizes "${small##*,}" ${COMPILED_ARGS:-}
   stage cublas_invariance 40 python benchmarks/h200_kernel_sweep.py --out "$out/cublas" --budget 60 \
     --stages cublas_1k,cublas_default --shapes benchmarks/results/h200_kernels_s6/call1/sweep.json
 }
@@ -84,7 +88,6 @@ snapshot
 stage proof_30l_invariant_mixed 50 study "$l30" invariant_30l_mixed --mode invariant --fill mixed --batch-sizes "$small"
 stage needle_30l 75 python benchmarks/needle.py --model "$model" --layers "$l30" --device "$device" \
   --batch-sizes "$needle" --mode invariant --steps 4 --out "$out/needle_30l.json"
-stage proof_6l_stock_mixed 30 study "$l6" stock_6l_mixed --mode stock --fill mixed --batch-sizes 1,2,8
 echo "done at t=${SECONDS}s" >> "$log"
 snapshot
 cat "$log"
