@@ -285,6 +285,23 @@ def test_vocab_sample_row_equals_the_row_alone_and_is_in_place_safe(batch, lengt
     assert torch.equal(in_place, full[0])
 
 
+def test_vocab_sample_draws_follow_the_softmax_across_quarters_and_blocks():
+    # One Philox call serves four tokens, a quarter-block apart: candidates placed in different quarters, in
+    # the ragged last block and past the first block must each be drawn at their softmax rate.
+    from scipy.stats import chisquare
+
+    v, places = 4100, [3, 1030, 2050, 3000, 4099]
+    row = torch.full((v,), -40.0)
+    row[places] = torch.tensor([0.0, 1.0, 2.0, 0.5, 1.5])
+    logits = row.expand(1, 400, v).contiguous()
+    _, _, _, sample = triton_kernels.vocab_sample(logits.to(DEVICE), torch.tensor([5], device=DEVICE), 1.0)
+    drawn = sample.cpu().flatten()
+    assert set(drawn.tolist()) <= set(places)
+    counts = torch.stack([(drawn == p).sum() for p in places]).double()
+    probs = torch.softmax(row[places].double(), -1)
+    assert chisquare(counts.numpy(), (probs * counts.sum()).numpy()).pvalue > 1e-4
+
+
 def test_vocab_sample_draws_follow_the_softmax():
     from scipy.stats import chisquare
 
