@@ -18,6 +18,7 @@ cannot be observed (transformers compiles the sampler's ``accept_canvas`` with t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import time
 from pathlib import Path
@@ -61,15 +62,36 @@ def use_path(loaded, path: str) -> None:
     loaded.model.generation_config.cache_implementation = "static" if path == "compiled" else None
 
 
+@contextlib.contextmanager
+def fused_steps():
+    """The fused steps generate makes in the block (their CUDA-graph replays and capture failures)."""
+    from canvaslab.generation.fused_step import FusedStep
+
+    made, original = [], FusedStep.__init__
+
+    def remember(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    FusedStep.__init__ = remember
+    try:
+        yield made
+    finally:
+        FusedStep.__init__ = original
+
+
 def run_once(loaded, prompts, mode: str, steps: int) -> tuple[dict, float]:
     digests = RowDigests()
     start = time.perf_counter()
-    out = generate(loaded, prompts, mode=mode, seed=7, observers=[digests],
-                   generation={"max_denoising_steps": steps, "confidence_threshold": 1e-30})
+    with fused_steps() as made:
+        out = generate(loaded, prompts, mode=mode, seed=7, observers=[digests],
+                       generation={"max_denoising_steps": steps, "confidence_threshold": 1e-30})
     if loaded.device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    return {"tokens": out.rows[0].tokens, "passes": digests.passes, "bytes": digests.bytes}, seconds
+    graphs = {"replays": sum(step.replays for step in made),
+              "graph_failures": [failure for step in made for failure in step.graph_failures]}
+    return {"tokens": out.rows[0].tokens, "passes": digests.passes, "bytes": digests.bytes, **graphs}, seconds
 
 
 def prove(loaded, *, mode: str, fills: list[str], sizes: list[int], steps: int, deadline: float | None = None) -> dict:
@@ -77,7 +99,9 @@ def prove(loaded, *, mode: str, fills: list[str], sizes: list[int], steps: int, 
     runs, compared = [], 0
     for fill in fills:
         reference, seconds = run_once(loaded, [prompts[0]], mode, steps)
-        runs.append({"fill": fill, "batch": 1, "seconds": seconds})
+        runs.append({"fill": fill, "batch": 1, "seconds": seconds, "replays": reference["replays"],
+                     "graph_failures": reference["graph_failures"]})
+        print(runs[-1], flush=True)
         for size in sizes:
             if size == 1:
                 continue
@@ -88,6 +112,7 @@ def prove(loaded, *, mode: str, fills: list[str], sizes: list[int], steps: int, 
             matching = sum(a == b for a, b in zip(got["passes"], reference["passes"]))
             compared += got["bytes"]
             runs.append({"fill": fill, "batch": size, "seconds": seconds, "passes": len(got["passes"]),
+                         "replays": got["replays"], "graph_failures": got["graph_failures"],
                          "passes_identical": matching, "tokens_identical": got["tokens"] == reference["tokens"],
                          "identical": matching == len(reference["passes"]) == len(got["passes"])
                          and got["tokens"] == reference["tokens"]})

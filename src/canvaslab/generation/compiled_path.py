@@ -31,7 +31,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation.sampler import RowKeyedMultinomial
 from canvaslab.invariant import custom_ops
-from canvaslab.invariant.compiled import compile_invariant
 
 CACHE_ATTRIBUTE = "_canvaslab_compiled"
 BACKEND = None  # None: canvaslab's Inductor backend; tests set ``compiled.traced_backend`` (no code generation)
@@ -62,6 +61,8 @@ def _set_aside_eager_switches(compiled):
 
 def compiled(model, name: str, fn):
     """``fn`` compiled with canvaslab's backend, cached on ``model`` under ``name``."""
+    from canvaslab.invariant.compiled import compile_invariant  # lazily: Inductor is imported only when used
+
     cache = vars(model).setdefault(CACHE_ATTRIBUTE, {})
     if name not in cache:
         cache[name] = _set_aside_eager_switches(compile_invariant(fn, BACKEND))

@@ -175,7 +175,9 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_
     """``canvaslab.invariant.attention``'s computation: every row over its own real queries and keys."""
     from canvaslab.invariant.attention import rows_attention
 
-    return rows_attention(query, key, value, attn_mask, scale)
+    # Compiled code lays out what follows from the fake's (contiguous) strides; the memory-efficient kernel
+    # returns another layout.
+    return rows_attention(query, key, value, attn_mask, scale).contiguous()
 
 
 @attention.register_fake
