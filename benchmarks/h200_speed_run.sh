@@ -1,58 +1,97 @@
 #!/usr/bin/env bash
-# Issue 15 on one H200, in one call (~9 minutes): GPU tests of the fused step, the real-shapes proof on the
-# final code (prompts encoded in the batch), throughput and peak memory stock vs invariant (6 and 30 layers),
-# the needle test (B = 64, 128), a profile at B = 32. Every stage logs its own failure and the next one runs;
-# a stage is skipped when the time left is below its estimate.
+# Issue 15 on one H200, in one call: throughput and peak memory stock vs invariant (6 and 30 layers), a profile
+# at B = 32, then the correctness evidence on the same code: the real-shapes proof (prompts encoded in the
+# batch, 6 and 30 layers), the needle test (B = 64, 128 at 6 and 30 layers) and the GPU tests.
 #
 #   bash benchmarks/h200_speed_run.sh OUT_DIR [SECONDS_AVAILABLE]
 #
-# Writes OUT_DIR/log.txt, gpu_tests.txt, proof.tar.gz, throughput_6l.json, needle_6l.json, throughput_30l.json,
-# needle_30l.json, profile_b32.txt. On the lent H200 carry transformers >= 5.23 into /tmp/site first.
+# Timing stages run alone on the GPU; the correctness stages then run in two parallel lanes (their results
+# are bits, not times), and the 30-layer ones alone again (their memory). Every stage logs its own failure
+# and the next one runs; a stage is skipped when the time left is below its estimate, and cut at the budget.
+# A dry run on the CPU (every command, toy sizes):
+#   MODEL=tiny DEVICE=cpu L6=2 L30=2 SMALL=1,2 BIG=2 NEEDLE=2,3 bash benchmarks/h200_speed_run.sh /tmp/dry 900
+# Writes OUT_DIR/log.txt and one file per stage; with SNAPSHOT=FILE.tar.gz, also a tarball of OUT_DIR after each
+# phase (the device returns few files: bring back the tarball). On the H200 carry transformers >= 5.23 into /tmp/site.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash benchmarks/h200_speed_run.sh OUT_DIR [SECONDS_AVAILABLE]}
-budget=${2:-540}
+budget=${2:-370}
+model=${MODEL:-real-shapes} device=${DEVICE:-cuda} l6=${L6:-6} l30=${L30:-30}
+small=${SMALL:-1,8,32} big=${BIG:-64} needle=${NEEDLE:-64,128}
 mkdir -p "$out/proof"
 export PYTHONPATH="$PWD/src:$PWD/benchmarks:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log="$out/log.txt"
 
-stage() {  # NAME ESTIMATE_S COMMAND...: run it if the time left allows; log its exit status and duration
+stage() {  # NAME ESTIMATE_S COMMAND...: run it if the time left allows, cut at the budget; log status and duration
   local name=$1 estimate=$2; shift 2
-  if (( SECONDS + estimate > budget )); then echo "SKIPPED $name (needs ~${estimate} s, $((budget - SECONDS)) s left)" >> "$log"; return; fi
+  local left=$((budget - SECONDS))
+  if (( estimate > left )); then echo "SKIPPED $name (needs ~${estimate} s, ${left} s left)" >> "$log"; return; fi
   local start=$SECONDS
   echo "== $name (t=${SECONDS}s)" >> "$log"
-  "$@" >> "$log" 2>&1
+  timeout "$left" bash -c '"$@"' _ "$@" > "$out/$name.txt" 2>&1  # bash -c: the command may be a function
   echo "== $name exit=$? after $((SECONDS - start)) s" >> "$log"
 }
 
-study() {  # NAME ARGS...: one batch study at real shapes (6 layers), prompts encoded in the batch
-  local name=$1; shift
-  python -m canvaslab.cli.main batch-study --model real-shapes --layers 6 --device cuda --no-copy-prompt-cache \
-    --prompts 1 --steps 2 --modules-only --repeat-control same-process "$@" --out "$out/proof/$name" \
-    > "$out/proof/$name.txt" 2>&1
-  local rc=$?
+study() {  # LAYERS NAME ARGS...: one batch study, prompts encoded in the batch, 2 passes
+  local layers=$1 name=$2; shift 2
+  python -m canvaslab.cli.main batch-study --model "$model" --layers "$layers" --device "$device" \
+    --no-copy-prompt-cache --prompts 1 --steps 2 --modules-only --repeat-control same-process "$@" \
+    --out "$out/proof/$name" || return
   python -c "import json,sys; print(sys.argv[1], json.dumps(json.load(open(sys.argv[2]))['summary']))" \
-    "$name" "$out/proof/$name/batch_study.json" || tail -n 5 "$out/proof/$name.txt"
-  return $rc
+    "$name" "$out/proof/$name/batch_study.json"
 }
 
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"; } >> "$log" 2>&1
-stage gpu_tests 130 bash -c "python -m pytest -q -p no:cacheprovider tests/gpu/test_fused_gpu.py tests/gpu/test_invariant_gpu.py \
-  -k 'vocab or bf16 or whole_generation or row_reduce or cuda_graph' > '$out/gpu_tests.txt' 2>&1; rc=\$?; tail -n 3 '$out/gpu_tests.txt'; exit \$rc"
-stage proof_invariant_mixed 40 study invariant_mixed --mode invariant --fill mixed --batch-sizes 1,2,3,4,5,6,7,8,32,64
-stage proof_invariant_copies 35 study invariant_copies --mode invariant --fill copies --batch-sizes 1,2,3,8,32,64
-stage throughput_6l 110 python benchmarks/throughput.py --model real-shapes --layers 6 --device cuda \
-  --batch-sizes 1,32,64 --modes stock,invariant,invariant:eager --steps 4 --repeats 2 --out "$out/throughput_6l.json"
-stage needle_6l 50 python benchmarks/needle.py --model real-shapes --layers 6 --device cuda --batch-sizes 64,128 \
-  --mode invariant --steps 4 --out "$out/needle_6l.json"
-stage profile_b32 45 python benchmarks/profile_generate.py --model real-shapes --layers 6 --device cuda \
-  --modes invariant,stock --batch-sizes 32 --steps 2 --out "$out/profile_b32.txt"
-stage proof_invariant_row5 30 study invariant_mixed_row5 --mode invariant --fill mixed --batch-sizes 1,8,64 --row 5
-stage proof_stock_mixed 30 study stock_mixed --mode stock --fill mixed --batch-sizes 1,2,8
-tar -czf "$out/proof.tar.gz" -C "$out" proof && rm -rf "$out/proof"
-stage throughput_30l 130 python benchmarks/throughput.py --model real-shapes --layers 30 --device cuda \
-  --batch-sizes 1,8,32 --modes stock,invariant --steps 4 --repeats 1 --out "$out/throughput_30l.json"
-stage needle_30l 70 python benchmarks/needle.py --model real-shapes --layers 30 --device cuda --batch-sizes 64,128 \
-  --mode invariant --steps 4 --out "$out/needle_30l.json"
+throughput() {  # LAYERS BATCHES MODES NAME
+  python benchmarks/throughput.py --model "$model" --layers "$1" --device "$device" --batch-sizes "$2" \
+    --modes "$3" --steps 4 --repeats 1 --out "$out/$4.json"
+}
+
+snapshot() { [[ -n "${SNAPSHOT:-}" ]] && tar -czf "$SNAPSHOT" -C "$out" . ; true; }
+
+export model device out
+export -f study throughput
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  python -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"
+} >> "$log" 2>&1
+
+# Timing, alone on the GPU (stock at B = 64 would not fit: invariant only there)
+stage throughput_6l 60 throughput "$l6" "$small" stock,invariant throughput_6l
+stage throughput_6l_b64 30 throughput "$l6" "$big" invariant throughput_6l_b64
+stage throughput_30l 60 throughput "$l30" "$small" stock,invariant throughput_30l
+stage profile_b32 30 python benchmarks/profile_generate.py --model "$model" --layers "$l6" --device "$device" \
+  --modes invariant --batch-sizes "${small##*,}" --steps 2 --out "$out/profile_b32_tables.txt"
+snapshot
+
+# Correctness, two lanes at once
+lane_proof() {
+  stage proof_6l_invariant_mixed 45 study "$l6" invariant_6l_mixed --mode invariant --fill mixed \
+    --batch-sizes "1,2,3,4,5,6,7,8,${small##*,},$big"
+  stage needle_6l 55 python benchmarks/needle.py --model "$model" --layers "$l6" --device "$device" \
+    --batch-sizes "$needle" --mode invariant --steps 4 --out "$out/needle_6l.json"
+  stage proof_6l_stock_mixed 30 study "$l6" stock_6l_mixed --mode stock --fill mixed --batch-sizes 1,2,8
+}
+lane_tests() {
+  stage gpu_tests 110 python -m pytest -v -p no:cacheprovider tests/gpu tests/invariant/test_triton_kernels.py
+  stage proof_6l_invariant_copies 40 study "$l6" invariant_6l_copies --mode invariant --fill copies \
+    --batch-sizes "1,2,3,8,${small##*,},$big"
+  # the compiled path (benchmarks/compiled_gpu_commands.md), shortened; its timings share the GPU here
+  stage compiled_run 110 python benchmarks/h200_compiled_run.py --out "$out/compiled" --layers "$l6" \
+    --seconds 100 --proof-sizes 1,2,8,32 --throughput-sizes "${small##*,}" ${COMPILED_ARGS:-}
+  stage cublas_invariance 40 python benchmarks/h200_kernel_sweep.py --out "$out/cublas" --budget 60 \
+    --stages cublas_1k,cublas_default --shapes benchmarks/results/h200_kernels_s6/call1/sweep.json
+}
+lane_proof & lane_tests & wait
+snapshot
+
+# 30 layers, alone (51 GB of weights)
+stage proof_30l_invariant_mixed 50 study "$l30" invariant_30l_mixed --mode invariant --fill mixed --batch-sizes "$small"
+stage needle_30l 75 python benchmarks/needle.py --model "$model" --layers "$l30" --device "$device" \
+  --batch-sizes "$needle" --mode invariant --steps 4 --out "$out/needle_30l.json"
 echo "done at t=${SECONDS}s" >> "$log"
-grep -E "^(==|SKIPPED|invariant|stock|done|\{)" "$log" | tail -n 60
+snapshot
+cat "$log"
+grep -hE "^(invariant|stock)_" "$out"/proof_*.txt
+grep -hE "passed|failed" "$out/gpu_tests.txt" | tail -n 2
+grep -hoE "'mode': '[a-z:]+', 'batch': [0-9]+|'pass_ms_per_row_step': [0-9.]+|'peak_memory_gib': [0-9.]+" \
+  "$out"/throughput_*.txt | paste -sd' ' | sed 's/'"'"'mode/\nmode/g'

@@ -52,12 +52,12 @@ def matmul_cases(x: torch.Tensor, weight: torch.Tensor) -> dict:
         return triton_kernels._matmul_kernel[grid](
             a, b, out, out, m, n, k, k, 0, *a.stride(), 0, *b.stride(), 0, 0, *out.stride(),
             SPLIT=1, HAS_BIAS=False, FP32_INPUTS=False, K_STEPS=triton.cdiv(k, triton_kernels.BLOCK_K),
-            BM=triton_kernels.BLOCK_M, BN=triton_kernels.BLOCK_N, BK=triton_kernels.BLOCK_K)
+            BM=triton_kernels.BLOCK_M, BN=triton_kernels.BLOCK_N, BK=triton_kernels.BLOCK_K, GROUP_M=0)
 
     compiled = bare_launch()
     args = (a, b, out, out, m, n, k, k, 0, *a.stride(), 0, *b.stride(), 0, 0, *out.stride())
     constexprs = (1, False, False, triton.cdiv(k, triton_kernels.BLOCK_K), triton_kernels.BLOCK_M,
-                  triton_kernels.BLOCK_N, triton_kernels.BLOCK_K)
+                  triton_kernels.BLOCK_N, triton_kernels.BLOCK_K, 0)
     stream = torch.cuda.current_stream().cuda_stream
 
     def compiled_run():  # what Triton's launcher does once the kernel is found: the floor for a Python launch

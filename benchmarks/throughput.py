@@ -8,7 +8,8 @@ round), so drift in clocks or in the host's load hits every mode alike; medians 
     python benchmarks/throughput.py --model real-shapes --layers 6 --device cuda \\
         --batch-sizes 1,4,8,16,32,64 --modes stock,rowwise,invariant --out benchmarks/results/h200_throughput.json
 
-A mode ``invariant:eager`` is invariant mode with the fused step's CUDA graphs off.
+A mode ``invariant:eager`` is invariant mode with the fused step's CUDA graphs off; ``invariant:compiled``
+runs transformers' compiled static-cache path with canvaslab's backend (its warm-up round compiles).
 """
 
 from __future__ import annotations
@@ -23,44 +24,55 @@ import torch
 from canvaslab.environment import environment_fingerprint
 from canvaslab.invariant import replaced_ops
 from canvaslab.io import write_json_atomic
-from canvaslab.models import anatomy, load_model
+from canvaslab.models import load_model
 from tracer_overhead import timed_generate  # benchmarks/ (the script's own folder is on sys.path)
 
 
 @contextlib.contextmanager
-def graphs_as_in(mode: str):
-    """``invariant:eager`` is invariant mode with its CUDA graphs off (the fused step's passes all eager)."""
+def graphs_as_in(mode: str, model=None):
+    """``invariant:eager`` is invariant mode with its CUDA graphs off (the fused step's passes all eager);
+    ``invariant:compiled`` runs transformers' compiled static-cache path (canvaslab's backend, graphs on)."""
     from canvaslab.generation.fused_step import FusedStep
 
+    variant = mode.partition(":")[2]
     previous = FusedStep.cuda_graphs
-    FusedStep.cuda_graphs = not mode.endswith(":eager")
+    config = model.generation_config if model is not None else None
+    previous_cache = config.cache_implementation if config is not None else None
+    FusedStep.cuda_graphs = variant != "eager"
+    if variant == "compiled":
+        config.cache_implementation = "static"
     try:
         yield mode.split(":")[0]
     finally:
         FusedStep.cuda_graphs = previous
+        if config is not None:
+            config.cache_implementation = previous_cache
 
 
 @contextlib.contextmanager
 def decoder_passes(model):
     """Counts, in the block, the denoising passes generate ran (``[0]``: the sampler's renoising, which every
-    pass calls outside the model) and the decoder's forward calls (``[1]``: passes replayed from a CUDA graph
-    make none, so the difference is the number of replays)."""
+    pass calls outside the model) and the passes replayed from a CUDA graph (``[1]``). Nothing is hooked
+    into the model: compiled code traces a module's hooks once and would keep a stale one."""
+    from canvaslab.generation.fused_step import CapturedPass
     from canvaslab.generation.sampler import RowKeyedSampler
 
     counter = [0, 0]
-    original = RowKeyedSampler.renoise_canvas
+    original, replay = RowKeyedSampler.renoise_canvas, CapturedPass._replay
 
     def counted(self, *args, **kwargs):
         counter[0] += 1
         return original(self, *args, **kwargs)
 
-    RowKeyedSampler.renoise_canvas = counted
-    handle = anatomy.decoder(model).register_forward_hook(lambda *_: counter.__setitem__(1, counter[1] + 1))
+    def replayed(self):
+        counter[1] += 1
+        return replay(self)
+
+    RowKeyedSampler.renoise_canvas, CapturedPass._replay = counted, replayed
     try:
         yield counter
     finally:
-        RowKeyedSampler.renoise_canvas = original
-        handle.remove()
+        RowKeyedSampler.renoise_canvas, CapturedPass._replay = original, replay
 
 
 def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: int) -> list[dict]:
@@ -80,13 +92,13 @@ def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: 
         for mode, passes in seconds:
             if cuda:
                 torch.cuda.reset_peak_memory_stats(loaded.device)
-            with decoder_passes(loaded.model) as counter, graphs_as_in(mode) as generate_mode:
+            with decoder_passes(loaded.model) as counter, graphs_as_in(mode, loaded.model) as generate_mode:
                 elapsed = timed_generate(loaded, [prompt] * batch, {"max_denoising_steps": passes}, [],
                                          seed=attempt, mode=generate_mode)
             if cuda:
                 peak_bytes[mode] = max(peak_bytes[mode], torch.cuda.max_memory_allocated(loaded.device))
             passes_run[mode, passes].add(counter[0])
-            replayed[mode, passes].add(counter[0] - counter[1])
+            replayed[mode, passes].add(counter[1])
             if attempt:
                 seconds[mode, passes].append(elapsed)
     rows = []

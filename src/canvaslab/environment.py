@@ -37,6 +37,15 @@ def _nvidia_driver() -> str | None:
     return output.strip().splitlines()[0] if output.strip() else None
 
 
+def _compiles(model) -> bool:
+    """Whether transformers' generate compiles for this model (a static cache, compile not disabled)."""
+    from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
+
+    config = getattr(model, "generation_config", None)
+    return config is not None and config.cache_implementation in ALL_STATIC_CACHE_IMPLEMENTATIONS \
+        and not getattr(config, "disable_compile", False)
+
+
 def environment_fingerprint(model=None, device: torch.device | None = None, **extra: Any) -> dict[str, Any]:
     on_cuda = device is not None and device.type == "cuda"
     text_config = model.config.text_config if model is not None else None
@@ -57,6 +66,6 @@ def environment_fingerprint(model=None, device: torch.device | None = None, **ex
         "attn_implementation": getattr(model.config, "_attn_implementation", None) if model is not None else None,
         "experts_implementation": getattr(text_config, "_experts_implementation", None),
         "inference_mode": "torch.no_grad (transformers' generate)",
-        "torch_compile": False,
+        "torch_compile": _compiles(model),
         **extra,
     }

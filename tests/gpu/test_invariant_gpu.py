@@ -186,3 +186,43 @@ def test_attention_left_padded_prompts_equal_alone(head_dim):
             v[row:row + 1, :, padding:].float().repeat_interleave(2, 1), is_causal=True, scale=head_dim ** -0.5)
         error = (alone[0].float() - reference[0].transpose(0, 1)).norm() / reference.norm()
         assert error.item() < 1e-2  # bf16 inputs and output
+
+
+def test_long_k_plan_rows_equal_alone_past_its_first_group_of_row_tiles():
+    # The self-conditioning product's plan visits row tiles in groups of 8 (1,024 rows): rows in the second
+    # and third group, and the last row, equal the row alone.
+    from canvaslab.invariant.triton_kernels import matmul
+
+    a, b = _rand(2100, 262_144), _rand(262_144, 2816, seed=1) / 512
+    full = matmul(a, b)
+    for row in [0, 1030, 2047, 2048, 2099]:
+        assert torch.equal(full[row], matmul(a[row:row + 1], b)[0]), row
+
+
+def test_expert_combine_has_the_bits_of_unpermute_weight_and_add_in_bf16():
+    from canvaslab.invariant.experts import combine_in_order
+    from canvaslab.invariant.triton_kernels import combine_experts
+
+    tokens, top_k, hidden = 1000, 8, 2816
+    gen = torch.Generator().manual_seed(7)
+    routed = _rand(tokens * top_k, hidden, seed=3)
+    order = torch.randperm(tokens * top_k, generator=gen).cuda()
+    slots = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device="cuda")).view(tokens, top_k)
+    weights = torch.rand(tokens, top_k, generator=gen).cuda()
+    outputs = torch.empty_like(routed)
+    outputs[order] = routed
+    expected = combine_in_order(outputs.view(tokens, top_k, hidden), weights).to(torch.bfloat16)
+    fused = combine_experts(routed, slots, weights)
+    assert torch.equal(fused.view(torch.int16), expected.view(torch.int16))
+    assert torch.equal(combine_experts(routed, slots[-1:], weights[-1:])[0], fused[-1])
+
+
+def test_grouped_linear_gather_has_the_bits_of_indexed_rows():
+    from canvaslab.invariant.triton_kernels import expert_schedule, grouped_linear
+
+    experts, hidden, inter = 128, 2816, 1408
+    gen = torch.Generator().manual_seed(9)
+    x, w = _rand(700, hidden), _rand(experts, inter, hidden, seed=1) / hidden ** 0.5
+    rows = torch.randint(0, 700, (5600,), generator=gen).cuda()
+    schedule = expert_schedule(torch.bincount(torch.randint(0, experts, (5600,), generator=gen), minlength=experts).cuda())
+    assert torch.equal(grouped_linear(x, w, schedule, rows=rows), grouped_linear(x[rows], w, schedule))

@@ -34,16 +34,13 @@ def test_stock_mode_is_the_negative_control(tiny):
     assert summary["diverged"] == 2 and summary["passes_matching"] < summary["passes_total"]
 
 
-def test_invariant_mode_refuses_the_compiled_generate_path(tiny, monkeypatch):
-    from canvaslab.errors import CanvaslabError
+def test_invariant_mode_takes_the_compiled_generate_path(tiny, monkeypatch):
+    """The mode no longer refuses transformers' compiled static-cache path: it runs it with canvaslab's
+    backend (``tests/generation/test_compiled_path.py`` checks that path's results)."""
     from canvaslab.invariant import generation_mode
 
     monkeypatch.setattr(tiny.model.generation_config, "cache_implementation", "static")
-    with pytest.raises(CanvaslabError, match="compiled"):
-        with generation_mode(tiny.model, "invariant"):
-            pass
-    monkeypatch.setattr(tiny.model.generation_config, "disable_compile", True, raising=False)
-    with generation_mode(tiny.model, "invariant"):  # compile disabled: the eager path, which the mode covers
+    with generation_mode(tiny.model, "invariant"):
         pass
 
 

@@ -107,6 +107,20 @@ def test_grouped_linear_matches_float64(tokens, experts, n, k, transposed, seed)
     torch.testing.assert_close(out.double(), reference, rtol=1e-5, atol=1e-4)
 
 
+def test_grouped_linear_gathers_its_rows_like_indexing():
+    gen = torch.Generator().manual_seed(8)
+    experts, k, n = 5, 48, 40
+    x = torch.randn(23, k, generator=gen)
+    rows = torch.randint(0, 23, (70,), generator=gen)
+    counts = torch.tensor([0, 31, 2, 37, 0])
+    weight = torch.randn(experts, n, k, generator=gen)
+    schedule = triton_kernels.expert_schedule(counts.to(DEVICE))
+    gathered = triton_kernels.grouped_linear(x.to(DEVICE), weight.to(DEVICE), schedule, rows=rows.to(DEVICE)).cpu()
+    indexed = triton_kernels.grouped_linear(x[rows].to(DEVICE), weight.to(DEVICE), schedule).cpu()
+    assert gathered.shape == (70, n)
+    torch.testing.assert_close(gathered, indexed, rtol=1e-6, atol=1e-6)  # bit for bit on the GPU: tests/gpu
+
+
 def test_invariant_experts_grouped_path_matches_per_expert_path():
     from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextExperts
 
@@ -126,6 +140,55 @@ def test_invariant_experts_grouped_path_matches_per_expert_path():
         grouped = invariant_experts._grouped_on_cuda(module, x, counts)
         per_expert = invariant_experts._per_expert_on_cpu(module, x, counts)
     assert ((grouped - per_expert).norm() / per_expert.norm()).item() < 1e-6  # fp32, other summation order
+
+
+@settings(max_examples=6, deadline=None)
+@given(tokens=st.integers(1, 13), top_k=st.integers(1, 8), h=st.sampled_from([1, 64, 100, 2816]),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 99))
+def test_expert_combine_matches_unpermute_weight_and_add(tokens, top_k, h, dtype, seed):
+    # float32: elementwise products and adds in a fixed order, no BLAS: the interpreter's numpy computes them
+    # IEEE-exactly, so the bits must equal the torch ops the kernel replaces. bfloat16: the interpreter
+    # truncates float32 -> bfloat16 where the GPU rounds to nearest, so only closeness holds here (the
+    # bits are checked on the GPU, tests/gpu). A token's result is its own either way.
+    from canvaslab.invariant.experts import combine_in_order
+
+    gen = torch.Generator().manual_seed(seed)
+    routed = (torch.randn(tokens * top_k, h, generator=gen) * 3).to(dtype)
+    routed[0, 0] = -0.0  # a -0.0 product must survive as in the stock sum
+    order = torch.randperm(tokens * top_k, generator=gen)
+    slots = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel())).view(tokens, top_k)
+    weights = torch.rand(tokens, top_k, generator=gen)
+    outputs = torch.empty_like(routed)
+    outputs[order] = routed
+    expected = combine_in_order(outputs.view(tokens, top_k, h), weights).to(dtype)
+    fused = triton_kernels.combine_experts(routed.to(DEVICE), slots.to(DEVICE), weights.to(DEVICE)).cpu()
+    if dtype == torch.float32:
+        assert torch.equal(fused.view(torch.int32), expected.view(torch.int32))  # signs of zeros too
+    else:
+        scale = combine_in_order(outputs.abs().view(tokens, top_k, h), weights)  # the terms' magnitudes
+        assert ((fused.float() - expected.float()).abs() <= 2 ** -5 * scale).all()  # an ulp per rounding (4)
+    last = triton_kernels.combine_experts(routed.to(DEVICE), slots[-1:].to(DEVICE), weights[-1:].to(DEVICE)).cpu()
+    assert torch.equal(last[0], fused[-1])
+
+
+def test_grouped_tile_order_writes_every_tile_once(monkeypatch):
+    # The wide plan's tile order (groups of GROUP_M row tiles) at toy tiles: M spans two full groups and a
+    # partial one, N a partial column tile; the output starts as NaN, so a tile never written shows.
+    plan = {"split": 1, "BM": 16, "BN": 16, "BK": 16, "GROUP_M": 2, "num_warps": 4, "num_stages": 3}
+    monkeypatch.setattr(triton_kernels, "matmul_plan", lambda k, n, fp32=False: plan)
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: real_empty(*a, **k).fill_(float("nan")))
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randn(83, 40, generator=gen), torch.randn(40, 37, generator=gen)
+    out = triton_kernels.matmul(a.to(DEVICE), b.to(DEVICE)).cpu()
+    torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_plan_is_wide_and_grouped_only_for_long_k_in_16_bits():
+    long_k = triton_kernels.matmul_plan(262_144, 2816)
+    assert (long_k["BN"], long_k["GROUP_M"], long_k["split"]) == (256, 8, triton_kernels.split_k_plan(262_144, 2816))
+    assert triton_kernels.matmul_plan(262_144, 2816, fp32=True)["BN"] == triton_kernels.BLOCK_N
+    assert triton_kernels.matmul_plan(2816, 262_144)["GROUP_M"] == 0
 
 
 @settings(max_examples=6, deadline=None)
@@ -220,6 +283,23 @@ def test_vocab_sample_row_equals_the_row_alone_and_is_in_place_safe(batch, lengt
     in_place = raw.clone()
     triton_kernels.vocab_sample(in_place, seeds, 0.8, softcap=30.0, out=in_place)
     assert torch.equal(in_place, full[0])
+
+
+def test_vocab_sample_draws_follow_the_softmax_across_quarters_and_blocks():
+    # One Philox call serves four tokens, a quarter-block apart: candidates placed in different quarters, in
+    # the ragged last block and past the first block must each be drawn at their softmax rate.
+    from scipy.stats import chisquare
+
+    v, places = 4100, [3, 1030, 2050, 3000, 4099]
+    row = torch.full((v,), -40.0)
+    row[places] = torch.tensor([0.0, 1.0, 2.0, 0.5, 1.5])
+    logits = row.expand(1, 400, v).contiguous()
+    _, _, _, sample = triton_kernels.vocab_sample(logits.to(DEVICE), torch.tensor([5], device=DEVICE), 1.0)
+    drawn = sample.cpu().flatten()
+    assert set(drawn.tolist()) <= set(places)
+    counts = torch.stack([(drawn == p).sum() for p in places]).double()
+    probs = torch.softmax(row[places].double(), -1)
+    assert chisquare(counts.numpy(), (probs * counts.sum()).numpy()).pvalue > 1e-4
 
 
 def test_vocab_sample_draws_follow_the_softmax():

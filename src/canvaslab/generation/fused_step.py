@@ -40,6 +40,7 @@ from typing import Sequence
 import torch
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import LinearTemperatureScheduleLogitsProcessor
 
+from canvaslab.generation import compiled_path
 from canvaslab.generation.sampler import RowKeyedMultinomial
 from canvaslab.models import anatomy
 
@@ -145,8 +146,12 @@ class FusedStep:
     cuda_graphs = True
     captured_pass = CapturedPass
 
-    def __init__(self, model, randomness, observers: Sequence = (), fallback=None):
+    def __init__(self, model, randomness, observers: Sequence = (), fallback=None, compiled: bool = False):
         self.model = model
+        # On the compiled path the pass is compiled with canvaslab's backend (``compiled_path``); the
+        # self-conditioning softmax is then the decoder's own, mapped onto canvaslab's ops.
+        self._decoder_pass = compiled_path.compiled(model, "pass", compiled_path.decoder_pass) if compiled \
+            else compiled_path.decoder_pass
         self.randomness = randomness
         self.observers = observers
         self.fallback = fallback  # transformers' own step, for configurations this one does not cover
@@ -194,13 +199,8 @@ class FusedStep:
 
     def _pass(self, canvas, self_conditioning, seeds, temperature, *, mask_mapping, cache, decoder_position_ids,
               **model_kwargs):
-        from canvaslab.invariant.triton_kernels import vocab_sample
-
-        hidden = self.backbone(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
-                                  decoder_attention_mask=mask_mapping, cache=cache,
-                                  decoder_position_ids=decoder_position_ids, **model_kwargs).last_hidden_state
-        logits = self.lm_head(hidden)
-        return vocab_sample(logits, seeds, temperature, self.softcap, out=logits)
+        return self._decoder_pass(self.backbone, self.lm_head, self.softcap, canvas, self_conditioning, seeds,
+                                  temperature, mask_mapping, cache, decoder_position_ids, model_kwargs)
 
     @staticmethod
     def _graphable(canvas, self_conditioning) -> bool:

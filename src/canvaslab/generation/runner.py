@@ -20,12 +20,14 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 )
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.generation.compiled_path import invariant_compile_functions
 from canvaslab.generation.fused_step import FusedStep, streamed_self_conditioning
 from canvaslab.generation.prompt_cache import build_prompt_cache
 from canvaslab.generation.row_randomness import RowRandomness, request_key
 from canvaslab.generation.sampler import RowKeyedMultinomial, RowKeyedSampler
 from canvaslab.invariant import generation_mode, streams_vocabulary
 from canvaslab.invariant.padding import per_row_positions
+from canvaslab.models.loading import compiles_generate
 
 RNG_MODES = ("row", "stock")
 GENERATION_KEYS = (
@@ -271,23 +273,30 @@ def generate(
             raise CanvaslabError(f"initial canvas has shape {tuple(initial_canvas.shape)}, "
                                  f"expected ({batch}, {model.config.canvas_length})")
         kwargs["decoder_input_ids"] = initial_canvas.to(model.device)
+    if copy_prompt_cache and compiles_generate(model):
+        raise CanvaslabError("the copied prompt cache needs transformers' dynamic cache; this model's generation "
+                             f"config asks for cache_implementation={model.generation_config.cache_implementation!r}")
     if copy_prompt_cache:
         _notify_phase(observers, "prompt_cache")
         cache, input_ids, attention_mask = build_prompt_cache(model, prompts, lambda rows: _notify_encoding(observers, rows))
         kwargs["cache"] = cache  # transformers >= 5.24 (past_key_values is deprecated there)
     else:
         input_ids, attention_mask = _left_pad_prompts(prompts, settings.get("pad_token_id") or 0, model.device)
+    compiled = mode == "invariant" and compiles_generate(model)
     with contextlib.ExitStack() as stack:
         stack.enter_context(generation_mode(model, mode))
         if mode == "invariant":
-            stack.enter_context(per_row_positions(model, attention_mask))
+            stack.enter_context(per_row_positions(model, attention_mask, always=compiled))
+        if compiled:  # transformers' compiled static-cache path, compiled with canvaslab's ops inside
+            stack.enter_context(_instance_override(model, "_compile_functions", invariant_compile_functions(model)))
         stack.enter_context(_instance_override(model, "_prepare_sampler", prepare_sampler))
         stack.enter_context(_instance_override(model, "_prepare_diffusion_stopping_criteria", prepare_stopping))
         if mode == "invariant" and randomness is not None and streams_vocabulary(model):
             # The fused step draws in its kernel (no multinomial to answer, so no function mode on every op)
-            fused = FusedStep(model, randomness, observers, fallback=model._denoising_step)
+            fused = FusedStep(model, randomness, observers, fallback=model._denoising_step, compiled=compiled)
             stack.enter_context(_instance_override(model, "_denoising_step", fused))
-            stack.enter_context(streamed_self_conditioning(model))
+            if not compiled:  # its hooks would be traced once into compiled code: there the decoder's own runs
+                stack.enter_context(streamed_self_conditioning(model))
         elif randomness is not None:
             multinomial = stack.enter_context(RowKeyedMultinomial(randomness))
             # The loop takes ``self.forward`` as its decoder pass: run it without the mode's per-op cost

@@ -12,6 +12,11 @@
   CUDA each RMSNorm as one fused launch (``canvaslab.invariant.norms``).
   Sampling is made per-row by the runner's per-row random streams (``--rng row``).
 
+Every batch-invariant kernel is also a ``torch.library`` custom op (``canvaslab.invariant.custom_ops``), and
+``canvaslab.invariant.compiled`` is the ``torch.compile`` backend that puts them in place of the
+batch-sensitive aten ops and refuses a compiled graph that keeps a reduction of its own: invariant mode
+runs transformers' compiled static-cache path with it (``canvaslab.generation.compiled_path``).
+
 ``batch_invariant()`` is the op-level switch alone, usable around any PyTorch code.
 """
 
@@ -24,7 +29,6 @@ from canvaslab.invariant import attention, experts
 from canvaslab.invariant.norms import fused_rms_norms
 from canvaslab.invariant.ops import REPLACED_OPS, BatchInvariantMode, library_overrides
 from canvaslab.invariant.rowwise import rowwise
-from canvaslab.models.loading import compiles_generate
 
 MODES = ("stock", "rowwise", "invariant")
 
@@ -76,11 +80,6 @@ def _implementations(model, name: str):
 def generation_mode(model, mode: str):
     if mode not in MODES:
         raise CanvaslabError(f"--mode {mode!r} is not one of: {', '.join(MODES)}")
-    if mode == "invariant" and compiles_generate(model):
-        raise CanvaslabError(
-            "--mode invariant cannot run transformers' compiled generate path (generation_config."
-            f"cache_implementation={model.generation_config.cache_implementation!r}): compiled kernels would replace "
-            "the batch-invariant ones; set cache_implementation=None (dynamic cache) or disable_compile=True")
     if mode == "stock":
         yield
     elif mode == "rowwise":

@@ -38,6 +38,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from canvaslab.invariant import custom_ops
+
 NAME = "canvaslab_invariant"
 
 
@@ -66,9 +68,15 @@ def _causal_mask(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
     return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()[None, None]
 
 
-# Every layer of one kind gets the same mask tensor in a forward pass: its grouping is computed once.
-# The cache holds the masks themselves, so an id cannot be reused while its entry lives.
-_GROUPS_CACHE: dict[int, tuple[torch.Tensor, dict]] = {}
+# Every layer of one kind gets the same mask in a forward pass: its grouping is computed once. A mask is
+# known by where its values live and their version (compiled code hands the op a fresh view of the same
+# mask on every call); the cache holds the mask itself, so its memory cannot be reused while the entry lives.
+_GROUPS_CACHE: dict[tuple, tuple[torch.Tensor, dict]] = {}
+
+
+def _mask_key(mask: torch.Tensor) -> tuple:
+    return (mask.device, mask.data_ptr(), mask.storage_offset(), tuple(mask.shape), mask.stride(), mask.dtype,
+            mask._version)
 
 
 def _row_groups(mask: torch.Tensor | None, batch: int) -> dict[RowGroup, torch.Tensor]:
@@ -76,12 +84,13 @@ def _row_groups(mask: torch.Tensor | None, batch: int) -> dict[RowGroup, torch.T
     so a pass can be captured in a CUDA graph once its groups are cached."""
     if mask is None:
         return {RowGroup(0, 0, False): None}
-    cached = _GROUPS_CACHE.get(id(mask))
-    if cached is None or cached[0] is not mask:
+    key = _mask_key(mask)
+    cached = _GROUPS_CACHE.get(key)
+    if cached is None:
         if len(_GROUPS_CACHE) >= 4:
             _GROUPS_CACHE.pop(next(iter(_GROUPS_CACHE)))
         groups = {group: torch.tensor(rows, device=mask.device) for group, rows in _compute_row_groups(mask).items()}
-        cached = _GROUPS_CACHE[id(mask)] = (mask, groups)
+        cached = _GROUPS_CACHE[key] = (mask, groups)
     if mask.shape[0] == 1:  # one mask shared by every row
         return dict.fromkeys(cached[1], None)
     return cached[1]
@@ -142,6 +151,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, scale=None):
     if has_torch_function_variadic(query, key, value, attn_mask):
         return handle_torch_function(scaled_dot_product_attention, (query, key, value, attn_mask),
                                      query, key, value, attn_mask, scale=scale)
+    return custom_ops.call("attention", rows_attention, query, key, value, attn_mask, scale)
+
+
+def rows_attention(query, key, value, attn_mask=None, scale=None):
+    """The computation (``canvaslab::attention``): it may read the mask on the host once per mask (row
+    grouping), so compiled code keeps it as one opaque op."""
     batch = query.shape[0]
     groups = _row_groups(attn_mask, batch)
     only = next(iter(groups)) if len(groups) == 1 else None

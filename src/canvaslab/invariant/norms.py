@@ -14,6 +14,7 @@ import contextlib
 
 from torch import nn
 
+from canvaslab.invariant import custom_ops
 from canvaslab.models import anatomy
 
 
@@ -23,7 +24,7 @@ def _fused_forward(module: nn.Module):
     weight, eps = (module.weight if module.with_scale else None), module.eps  # looked up once, not per call
 
     def forward(hidden_states):
-        return rms_norm(hidden_states, weight, eps)
+        return custom_ops.call("rms_norm", rms_norm, hidden_states, weight, eps)
     return forward
 
 

@@ -16,27 +16,43 @@ import torch
 from canvaslab.models import anatomy
 
 
-def _shift(pad: torch.Tensor):
-    def hook(module, args):
-        x, position_ids, *rest = args
+PAD_ATTRIBUTE = "_canvaslab_left_padding"
+
+
+def _shift_by_padding(module, args):
+    """One hook function for every rotary module, reading the padding from the module: compiled code, which
+    traces hooks once and does not guard on them, then sees the same hook on every call."""
+    pad = getattr(module, PAD_ATTRIBUTE, None)
+    if pad is None:
+        return None
+    x, position_ids, *rest = args
+    if torch.compiler.is_compiling():
+        per_row = position_ids.expand(pad.shape[0], -1) - pad[:, None].to(position_ids.dtype)
+    else:
         with torch._C.DisableTorchFunction():
             per_row = position_ids.expand(pad.shape[0], -1) - pad[:, None].to(position_ids.dtype)
-        return (x, per_row, *rest)
-    return hook
+    return (x, per_row, *rest)
 
 
 @contextlib.contextmanager
-def per_row_positions(model, attention_mask: torch.Tensor):
-    """Shift each row's rotary positions by its left padding (zeros at the start of ``attention_mask``)."""
+def per_row_positions(model, attention_mask: torch.Tensor, always: bool = False):
+    """Shift each row's rotary positions by its left padding (zeros at the start of ``attention_mask``).
+
+    ``always`` installs the shift even when no row is padded (a shift by zero, exact): compiled code must
+    see the same hooks on every call, whatever the batch's padding."""
     with torch._C.DisableTorchFunction():  # canvaslab's bookkeeping, not the model's computation
         pad = (attention_mask.cumsum(dim=-1) == 0).sum(dim=-1)
-    if not bool((pad > 0).any()):
+    if not always and not bool((pad > 0).any()):
         yield
         return
     rotaries = anatomy.rotary_embeddings(model)
-    handles = [rotary.register_forward_pre_hook(_shift(pad)) for rotary in rotaries]
+    handles = []
+    for rotary in rotaries:
+        setattr(rotary, PAD_ATTRIBUTE, pad)
+        handles.append(rotary.register_forward_pre_hook(_shift_by_padding))
     try:
         yield
     finally:
-        for handle in handles:
+        for rotary, handle in zip(rotaries, handles):
             handle.remove()
+            delattr(rotary, PAD_ATTRIBUTE)

@@ -38,13 +38,45 @@ def split_k_plan(k: int, n: int) -> int:
     return max(1, min(k // 8192, triton.cdiv(256, tiles_n)))
 
 
+def matmul_plan(k: int, n: int, fp32: bool = False) -> dict:
+    """Tiles, warps, pipeline depth and tile order for a (K, N) product: a function of (K, N) and the dtype
+    alone.
+
+    Chosen on an H200 (``benchmarks/h200_kernel_sweep.py``, results in benchmarks/results/): the default
+    128x128x64 tiles with 4 warps were the fastest or within noise for every dense layer and the lm_head
+    at M = 256..16,384; for the long-K self-conditioning product (K = 262,144, N = 2,816, split-K), tiles
+    128 wide in M and 256 in N with 8 warps, visited in groups of 8 row tiles (the row tiles' slices of the
+    input stay in L2 while the column tiles pass), took 19.7 ms instead of 25.4 at M = 8,192 and 0.59 ms
+    instead of 0.69 at M = 256. Any plan keeps a row's arithmetic independent of M: the K range is reduced
+    in BLOCK_K steps in order whatever the tile's position. float32 inputs keep the default tiles (the wide
+    ones would not fit three pipeline stages in shared memory).
+    """
+    if k >= SPLIT_K_MIN_K and not fp32:
+        return {"split": split_k_plan(k, n), "BM": 128, "BN": 256, "BK": BLOCK_K, "GROUP_M": 8, "num_warps": 8,
+                "num_stages": 3}
+    return {"split": 1, "BM": BLOCK_M, "BN": BLOCK_N, "BK": BLOCK_K, "GROUP_M": 0, "num_warps": 4, "num_stages": 3}
+
+
+@triton.jit
+def _tile_position(M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of this program. GROUP_M == 0: the grid's axes 0 and 1; otherwise axis 0
+    counts tiles in groups of GROUP_M row tiles, column tiles within a group (L2 reuse of the rows)."""
+    if GROUP_M == 0:
+        return tl.program_id(0), tl.program_id(1)
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    width = GROUP_M * tl.cdiv(N, BN)
+    first_m = (pid // width) * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    return first_m + (pid % width) % size_m, (pid % width) // size_m
+
+
 @triton.jit(do_not_specialize=["M"])
 def _matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, k_per_split,
                    s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_ob, s_os, s_om, s_on,
                    SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, FP32_INPUTS: tl.constexpr, K_STEPS: tl.constexpr,
-                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+    pid_m, pid_n = _tile_position(M, N, BM, BN, GROUP_M)
     pid_z = tl.program_id(2)
     batch = (pid_z // SPLIT).to(tl.int64)
     split = pid_z % SPLIT
@@ -97,22 +129,24 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -
         (m, k), n, z = a.shape, b.shape[1], 1
         out = torch.empty((m, n), device=a.device, dtype=a.dtype)
         a_strides, b_strides, o_batch = (0, *a.stride()), (0, *b.stride()), 0
-    split = split_k_plan(k, n)
-    k_per_split = triton.cdiv(triton.cdiv(k, split), BLOCK_K) * BLOCK_K
-    k_steps = k_per_split // BLOCK_K  # a compile-time loop count: one specialisation per (K, N) plan
-    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N), z * split)
     fp32 = a.dtype == torch.float32
+    plan = matmul_plan(k, n, fp32)
+    split, bm, bn, bk, group_m = plan["split"], plan["BM"], plan["BN"], plan["BK"], plan["GROUP_M"]
+    k_per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
+    k_steps = k_per_split // bk  # a compile-time loop count: one specialisation per (K, N) plan
+    tiles = (triton.cdiv(m, bm), triton.cdiv(n, bn))
+    grid = (tiles[0], tiles[1], z * split) if group_m == 0 else (tiles[0] * tiles[1], 1, z * split)
     o_m, o_n = out.stride(-2), out.stride(-1)
+    launch = {"FP32_INPUTS": fp32, "K_STEPS": k_steps, "BM": bm, "BN": bn, "BK": bk, "GROUP_M": group_m,
+              "num_warps": plan["num_warps"], "num_stages": plan["num_stages"]}
     if split == 1:
         _matmul_kernel[grid](a, b, out, bias if bias is not None else out, m, n, k, k_per_split,
                              *a_strides, *b_strides, o_batch, 0, o_m, o_n,
-                             SPLIT=1, HAS_BIAS=bias is not None, FP32_INPUTS=fp32, K_STEPS=k_steps,
-                             BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K)
+                             SPLIT=1, HAS_BIAS=bias is not None, **launch)
         return out
     partial = torch.empty((z, split, m, n), device=a.device, dtype=torch.float32)
     _matmul_kernel[grid](a, b, partial, out, m, n, k, k_per_split,
-                         *a_strides, *b_strides, *partial.stride(),
-                         SPLIT=split, HAS_BIAS=False, FP32_INPUTS=fp32, K_STEPS=k_steps, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K)
+                         *a_strides, *b_strides, *partial.stride(), SPLIT=split, HAS_BIAS=False, **launch)
     block = 1024
     _sum_splits_kernel[(triton.cdiv(m * n, block), z)](
         partial, bias if bias is not None else out, out, m * n, n, partial.stride(0), partial.stride(1),
@@ -124,9 +158,9 @@ GROUPED_BLOCK_M, GROUPED_BLOCK_N, GROUPED_BLOCK_K = 64, 128, 64
 
 
 @triton.jit(do_not_specialize=["S"])
-def _grouped_kernel(x_ptr, w_ptr, out_ptr, group_ends_ptr, tile_ends_ptr, S, N, K, E,
+def _grouped_kernel(x_ptr, w_ptr, out_ptr, group_ends_ptr, tile_ends_ptr, rows_ptr, S, N, K, E,
                     s_xm, s_xk, s_we, s_wk, s_wn, s_om, s_on,
-                    E_BLOCK: tl.constexpr, K_STEPS: tl.constexpr, FP32_INPUTS: tl.constexpr,
+                    E_BLOCK: tl.constexpr, K_STEPS: tl.constexpr, FP32_INPUTS: tl.constexpr, GATHER: tl.constexpr,
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     tile = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -138,13 +172,17 @@ def _grouped_kernel(x_ptr, w_ptr, out_ptr, group_ends_ptr, tile_ends_ptr, S, N, 
         group_start = tl.load(group_ends_ptr + expert - 1, mask=expert > 0, other=0)
         group_end = tl.load(group_ends_ptr + expert)
         rm = (group_start + (tile - first_tile) * BM + tl.arange(0, BM)).to(tl.int64)
+        if GATHER:  # routed row r reads x's row rows[r]: the routed copy of x is never written
+            xm = tl.load(rows_ptr + rm, mask=rm < group_end, other=0).to(tl.int64)
+        else:
+            xm = rm
         rn = pid_n * BN + tl.arange(0, BN)
         rk = tl.arange(0, BK)
         w_base = w_ptr + expert.to(tl.int64) * s_we
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for step in range(0, K_STEPS):  # K blocks in order
             ks = step * BK + rk
-            a = tl.load(x_ptr + rm[:, None] * s_xm + ks[None, :] * s_xk,
+            a = tl.load(x_ptr + xm[:, None] * s_xm + ks[None, :] * s_xk,
                         mask=(rm[:, None] < group_end) & (ks[None, :] < K), other=0.0)
             b = tl.load(w_base + ks[:, None] * s_wk + rn[None, :] * s_wn,
                         mask=(ks[:, None] < K) & (rn[None, :] < N), other=0.0)
@@ -164,24 +202,68 @@ def expert_schedule(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def grouped_linear(x: torch.Tensor, weight: torch.Tensor, schedule: tuple[torch.Tensor, torch.Tensor],
-                   transposed: bool = False) -> torch.Tensor:
+                   transposed: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Each row of ``x`` times its expert's matrix, for rows grouped by expert (``expert_schedule``).
 
-    ``weight`` is ``(E, N, K)`` as ``F.linear`` takes it, or ``(E, K, N)`` when ``transposed``.
-    The schedule stays on the device, so nothing waits for the GPU.
+    ``weight`` is ``(E, N, K)`` as ``F.linear`` takes it, or ``(E, K, N)`` when ``transposed``. With ``rows``
+    (int64), routed row r is ``x[rows[r]]`` (the gather done by the kernel's loads, the same values as
+    ``x[rows]``). The schedule stays on the device, so nothing waits for the GPU.
     """
-    s, k = x.shape
+    k = x.shape[1]
+    s = rows.numel() if rows is not None else x.shape[0]
     e = weight.shape[0]
     n = weight.shape[2] if transposed else weight.shape[1]
     s_wk, s_wn = (weight.stride(1), weight.stride(2)) if transposed else (weight.stride(2), weight.stride(1))
     group_ends, tile_ends = schedule
     out = torch.empty((s, n), device=x.device, dtype=x.dtype)
     grid = (triton.cdiv(s, GROUPED_BLOCK_M) + e, triton.cdiv(n, GROUPED_BLOCK_N))  # an upper bound on the tiles
-    _grouped_kernel[grid](x, weight, out, group_ends, tile_ends, s, n, k, e,
+    _grouped_kernel[grid](x, weight, out, group_ends, tile_ends, rows if rows is not None else group_ends, s, n, k, e,
                           x.stride(0), x.stride(1), weight.stride(0), s_wk, s_wn, out.stride(0), out.stride(1),
                           E_BLOCK=triton.next_power_of_2(e), K_STEPS=triton.cdiv(k, GROUPED_BLOCK_K),
-                          FP32_INPUTS=x.dtype == torch.float32,
+                          FP32_INPUTS=x.dtype == torch.float32, GATHER=rows is not None,
                           BM=GROUPED_BLOCK_M, BN=GROUPED_BLOCK_N, BK=GROUPED_BLOCK_K)
+    return out
+
+
+@triton.jit(do_not_specialize=["T"])
+def _combine_kernel(routed_ptr, slots_ptr, weights_ptr, out_ptr, T, H, s_r, s_o, TOP_K: tl.constexpr,
+                    ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    tokens = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    token_mask = tokens < T
+    mask = token_mask[:, None] & (cols[None, :] < H)
+    dtype = out_ptr.dtype.element_ty
+    acc = tl.zeros((ROWS, BLOCK), dtype=tl.float32)
+    for k in tl.static_range(TOP_K):  # the token's experts in their top-k order, as the stock sum
+        slot = tl.load(slots_ptr + tokens * TOP_K + k, mask=token_mask, other=0).to(tl.int64)
+        weight = tl.load(weights_ptr + tokens * TOP_K + k, mask=token_mask, other=0.0).to(dtype).to(tl.float32)
+        value = tl.load(routed_ptr + slot[:, None] * s_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        weighted = (value * weight[:, None]).to(dtype).to(tl.float32)  # the product rounded as torch's mul
+        if k == 0:
+            acc = weighted  # not 0 + weighted: a -0.0 product stays -0.0, as in the stock sum
+        else:
+            acc += weighted
+    tl.store(out_ptr + tokens[:, None].to(tl.int64) * s_o + cols[None, :], acc.to(dtype), mask=mask)
+
+
+def combine_experts(routed: torch.Tensor, slots: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Each token's top-k expert outputs, weighted and summed, in one pass.
+
+    ``routed`` ``(T * top_k, H)``: the experts' outputs in routed (expert-sorted) order; ``slots`` ``(T, top_k)``:
+    where token t's k-th output sits in ``routed``; ``weights`` ``(T, top_k)``. Computes, bit for bit,
+    ``sum_k (routed[slots[t, k]] * weights[t, k].to(dtype))`` with each product rounded to ``routed``'s dtype
+    and the sum in float32 in k order, i.e. what the un-permute (an index_put), the weighting (a mul) and
+    top_k - 1 float32 adds computed in as many passes over memory. A token reads only its own rows.
+    """
+    tokens, top_k = slots.shape
+    h = routed.shape[1]
+    out = torch.empty((tokens, h), device=routed.device, dtype=routed.dtype)
+    if tokens == 0:
+        return out
+    rows, block = 4, min(1024, triton.next_power_of_2(h))
+    _combine_kernel[(triton.cdiv(tokens, rows), triton.cdiv(h, block))](
+        routed, slots.contiguous(), weights.contiguous(), out, tokens, h, routed.stride(0), out.stride(0),
+        TOP_K=top_k, ROWS=rows, BLOCK=block, num_warps=4)
     return out
 
 
@@ -318,60 +400,100 @@ PHILOX_KEY = tl.constexpr(0x5EED)  # the rows' streams differ by their counters 
 
 
 @triton.jit
-def _uniform(seeds, counter):
-    """U[0, 1) from Philox at (counter, row seed): a function of the row's seed and the counter alone."""
+def _uniforms4(seeds, counter):
+    """Four U[0, 1) from one Philox call at (counter, row seed): a function of the row's seed and the counter
+    alone. One call gives 128 random bits; using all four words quarters the integer work per token, which
+    (not memory) bounded the vocabulary pass."""
     seeds = seeds.to(tl.uint64, bitcast=True)
     zeros = counter.to(tl.uint32) * 0
     seed_lo = (seeds & 0xFFFFFFFF).to(tl.uint32) + zeros
     seed_hi = (seeds >> 32).to(tl.uint32) + zeros
-    bits, _, _, _ = tl.philox(PHILOX_KEY, counter.to(tl.uint32), seed_lo, seed_hi, zeros)
-    return tl.uint_to_uniform_float(bits)
+    b0, b1, b2, b3 = tl.philox(PHILOX_KEY, counter.to(tl.uint32), seed_lo, seed_hi, zeros)
+    return (tl.uint_to_uniform_float(b0), tl.uint_to_uniform_float(b1), tl.uint_to_uniform_float(b2),
+            tl.uint_to_uniform_float(b3))
+
+
+@triton.jit
+def _scaled(rows_in, rows_out, cols, row_mask, V, two_over_cap, softcap, inv_temperature,
+            HAS_SOFTCAP: tl.constexpr, EVEN: tl.constexpr):
+    """One chunk of a row: softcap and temperature applied, stored in the output's dtype; lanes past the
+    vocabulary are -inf."""
+    if EVEN:
+        mask = row_mask[:, None] & (cols >= 0)
+    else:
+        mask = row_mask[:, None] & (cols < V)
+    x = tl.load(rows_in + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_SOFTCAP:  # softcap * tanh(x / softcap), tanh written with one exp
+        x = softcap - 2.0 * softcap / (tl.exp(x * two_over_cap) + 1.0)
+    x = x * inv_temperature
+    tl.store(rows_out + cols, x.to(rows_out.dtype.element_ty), mask=mask)
+    return tl.where(mask, x, float("-inf"))
+
+
+@triton.jit
+def _race_key(x, u):
+    """Exponential race: argmax p / E = argmax x - log E, E = -log U ~ Exp(1) (U = 0, p = 2^-31: E finite)."""
+    return x - tl.log(-tl.log(tl.maximum(u, 2.0 ** -33)))
+
+
+@triton.jit
+def _keep_first_max(value, at, best, best_at):
+    better = value > best  # strict: each lane keeps its first maximum (its columns arrive in order)
+    return tl.where(better, value, best), tl.where(better, at, best_at)
+
+
+@triton.jit
+def _add_exp(x, peak, total, moment):
+    shifted = tl.where(x == float("-inf"), 0.0, x - peak)
+    e = tl.where(x == float("-inf"), 0.0, tl.exp(shifted))
+    return total + e, moment + e * shifted
 
 
 @triton.jit(do_not_specialize=["R"])
 def _vocab_sample_kernel(logits_ptr, out_ptr, seeds_ptr, entropy_ptr, argmax_ptr, sample_ptr, R, V, L, s_in, s_out,
-                         softcap, temperature_ptr, HAS_SOFTCAP: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
-                         N_BLOCKS: tl.constexpr):
-    # Each row (batch row, canvas position) is reduced on its own lanes: nothing of another row is read.
+                         softcap, temperature_ptr, HAS_SOFTCAP: tl.constexpr, ROWS: tl.constexpr, QUARTER: tl.constexpr,
+                         N_BLOCKS: tl.constexpr, EVEN: tl.constexpr):
+    # Each row (batch row, canvas position) is reduced on its own lanes: nothing of another row is read. A
+    # block is four chunks of QUARTER columns; lane j sees columns j, j + QUARTER, ... in increasing order.
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_mask = rows < R
-    temperature = tl.load(temperature_ptr)  # read on the device: a captured CUDA graph replays every step
+    inv_temperature = 1.0 / tl.load(temperature_ptr)  # read on the device: a captured CUDA graph replays every step
+    two_over_cap = 2.0 / softcap
     seeds = tl.load(seeds_ptr + rows // L, mask=row_mask, other=0)[:, None]
-    counter_base = ((rows % L) * V)[:, None]
+    counter_base = ((rows % L) * (N_BLOCKS * QUARTER))[:, None]
     rows_in = logits_ptr + rows[:, None].to(tl.int64) * s_in
     rows_out = out_ptr + rows[:, None].to(tl.int64) * s_out
-    offs = tl.arange(0, BLOCK)
-    peak = tl.full((ROWS, BLOCK), float("-inf"), dtype=tl.float32)
-    total = tl.zeros((ROWS, BLOCK), dtype=tl.float32)  # per lane: sum of e^(x - peak)
-    moment = tl.zeros((ROWS, BLOCK), dtype=tl.float32)  # per lane: sum of e^(x - peak) (x - peak)
-    best = tl.full((ROWS, BLOCK), float("-inf"), dtype=tl.float32)
-    best_at = tl.zeros((ROWS, BLOCK), dtype=tl.int32)
-    race = tl.full((ROWS, BLOCK), float("-inf"), dtype=tl.float32)
-    race_at = tl.zeros((ROWS, BLOCK), dtype=tl.int32)
+    offs = tl.arange(0, QUARTER)[None, :]
+    peak = tl.full((ROWS, QUARTER), float("-inf"), dtype=tl.float32)
+    total = tl.zeros((ROWS, QUARTER), dtype=tl.float32)  # per lane: sum of e^(x - peak)
+    moment = tl.zeros((ROWS, QUARTER), dtype=tl.float32)  # per lane: sum of e^(x - peak) (x - peak)
+    best = tl.full((ROWS, QUARTER), float("-inf"), dtype=tl.float32)
+    best_at = tl.zeros((ROWS, QUARTER), dtype=tl.int32)
+    race = tl.full((ROWS, QUARTER), float("-inf"), dtype=tl.float32)
+    race_at = tl.zeros((ROWS, QUARTER), dtype=tl.int32)
     for i in range(0, N_BLOCKS):
-        cols = (i * BLOCK + offs)[None, :]
-        mask = row_mask[:, None] & (cols < V)
-        x = tl.load(rows_in + cols, mask=mask, other=0.0).to(tl.float32)
-        if HAS_SOFTCAP:  # softcap * tanh(x / softcap), tanh written with one exp
-            x = softcap * (1.0 - 2.0 / (tl.exp(2.0 * (x / softcap)) + 1.0))
-        x = x / temperature
-        tl.store(rows_out + cols, x.to(out_ptr.dtype.element_ty), mask=mask)
-        x = tl.where(mask, x, float("-inf"))
-        better = x > best  # strict: each lane keeps its first maximum
-        best_at = tl.where(better, cols, best_at)
-        best = tl.where(better, x, best)
-        # Exponential race: argmax p / E = argmax x - log E, E ~ Exp(1) from the row's own Philox stream.
-        clock = -tl.log(tl.maximum(_uniform(seeds, counter_base + cols), 2.0 ** -33))  # U = 0 (p = 2^-31): E finite
-        key = x - tl.log(clock)
-        better = key > race
-        race_at = tl.where(better, cols, race_at)
-        race = tl.where(better, key, race)
-        new_peak = tl.maximum(peak, x)
+        c0 = i * 4 * QUARTER + offs
+        c1, c2, c3 = c0 + QUARTER, c0 + 2 * QUARTER, c0 + 3 * QUARTER
+        x0 = _scaled(rows_in, rows_out, c0, row_mask, V, two_over_cap, softcap, inv_temperature, HAS_SOFTCAP, EVEN)
+        x1 = _scaled(rows_in, rows_out, c1, row_mask, V, two_over_cap, softcap, inv_temperature, HAS_SOFTCAP, EVEN)
+        x2 = _scaled(rows_in, rows_out, c2, row_mask, V, two_over_cap, softcap, inv_temperature, HAS_SOFTCAP, EVEN)
+        x3 = _scaled(rows_in, rows_out, c3, row_mask, V, two_over_cap, softcap, inv_temperature, HAS_SOFTCAP, EVEN)
+        best, best_at = _keep_first_max(x0, c0, best, best_at)
+        best, best_at = _keep_first_max(x1, c1, best, best_at)
+        best, best_at = _keep_first_max(x2, c2, best, best_at)
+        best, best_at = _keep_first_max(x3, c3, best, best_at)
+        u0, u1, u2, u3 = _uniforms4(seeds, counter_base + i * QUARTER + offs)
+        race, race_at = _keep_first_max(_race_key(x0, u0), c0, race, race_at)
+        race, race_at = _keep_first_max(_race_key(x1, u1), c1, race, race_at)
+        race, race_at = _keep_first_max(_race_key(x2, u2), c2, race, race_at)
+        race, race_at = _keep_first_max(_race_key(x3, u3), c3, race, race_at)
+        # one re-basing of the lane's sums per block of four (not per token)
+        new_peak = tl.maximum(tl.maximum(peak, tl.maximum(x0, x1)), tl.maximum(x2, x3))
         total, moment = _rescale(peak, new_peak, total, moment)
-        shifted = tl.where(mask, x - tl.where(mask, new_peak, 0.0), 0.0)
-        e = tl.where(mask, tl.exp(shifted), 0.0)
-        total += e
-        moment += e * shifted
+        total, moment = _add_exp(x0, new_peak, total, moment)
+        total, moment = _add_exp(x1, new_peak, total, moment)
+        total, moment = _add_exp(x2, new_peak, total, moment)
+        total, moment = _add_exp(x3, new_peak, total, moment)
         peak = new_peak
     top = tl.max(peak, axis=1)
     total, moment = _rescale(peak, top[:, None], total, moment)
@@ -387,10 +509,10 @@ def _vocab_sample_kernel(logits_ptr, out_ptr, seeds_ptr, entropy_ptr, argmax_ptr
 
 
 def vocab_plan(v: int) -> tuple[int, int, int]:
-    """(rows per program, block width, warps) for a vocabulary of ``v``: a function of ``v`` alone. A real
-    vocabulary (262,144) gets one program per row; a small one (tests, tiny models) shares a program."""
-    block = min(2048, triton.next_power_of_2(v))
-    return (1, block, 8) if v > 4096 else (max(1, 8192 // block), block, 4)
+    """(rows per program, quarter-block width, warps) for a vocabulary of ``v``: a function of ``v`` alone. A
+    real vocabulary (262,144) gets one program per row; a small one (tests, tiny models) shares a program."""
+    quarter = min(1024, triton.next_power_of_2(triton.cdiv(v, 4)))
+    return (1, quarter, 8) if v > 4096 else (max(1, 2048 // quarter), quarter, 4)
 
 
 def vocab_sample(logits: torch.Tensor, seeds: torch.Tensor, temperature: float | torch.Tensor, softcap: float | None = None,
@@ -413,11 +535,11 @@ def vocab_sample(logits: torch.Tensor, seeds: torch.Tensor, temperature: float |
     entropy = torch.empty((b, length), device=logits.device, dtype=torch.float32)
     argmax = torch.empty((b, length), device=logits.device, dtype=torch.int64)
     sample = torch.empty_like(argmax)
-    per_program, block, warps = vocab_plan(v)
+    per_program, quarter, warps = vocab_plan(v)
     if not isinstance(temperature, torch.Tensor):
         temperature = torch.tensor([temperature], dtype=torch.float32, device=logits.device)
     _vocab_sample_kernel[(triton.cdiv(rows, per_program),)](
         logits, out, seeds, entropy, argmax, sample, rows, v, length, v, v,
-        float(softcap or 1.0), temperature, HAS_SOFTCAP=softcap is not None, ROWS=per_program, BLOCK=block,
-        N_BLOCKS=triton.cdiv(v, block), num_warps=warps)
+        float(softcap or 1.0), temperature, HAS_SOFTCAP=softcap is not None, ROWS=per_program, QUARTER=quarter,
+        N_BLOCKS=triton.cdiv(v, 4 * quarter), EVEN=v % (4 * quarter) == 0, num_warps=warps)
     return out, entropy, argmax, sample

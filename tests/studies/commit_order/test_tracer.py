@@ -1,6 +1,6 @@
 """The commit tracer: one call per pass per row, the sampler's own accepted sets and entropies, calls of
 finished rows dropped, content without EOS/padding, positions numbered across canvases, and the
-compiled static-cache path refused."""
+compiled static-cache path refused (stock and rowwise: transformers compiles the sampler there)."""
 
 from __future__ import annotations
 
@@ -150,9 +150,11 @@ def test_a_new_generate_forgets_the_previous_calls_and_a_tracer_not_given_to_gen
     assert len(tracer.calls) == 1
 
 
-def test_static_cache_is_refused(tiny, monkeypatch):
+def test_static_cache_is_refused_except_on_invariant_modes_compiled_path(tiny, monkeypatch):
     monkeypatch.setattr(tiny.model.generation_config, "cache_implementation", "static")
-    with pytest.raises(CanvaslabError, match="compiled copy"):
-        CommitTracer(tiny.model)
+    for mode in ("stock", "rowwise"):
+        with pytest.raises(CanvaslabError, match="compiled copy"):
+            CommitTracer(tiny.model, mode)
+    CommitTracer(tiny.model, "invariant")  # there the sampler stays eager (canvaslab.generation.compiled_path)
     monkeypatch.setattr(tiny.model.generation_config, "disable_compile", True, raising=False)
     CommitTracer(tiny.model)  # no compiled sampler without compilation

@@ -96,7 +96,7 @@ class OrderStudy(Study):
 
     def prepare(self):
         loaded = self.loaded or _load(self.model)
-        ensure_traceable(loaded.model)
+        ensure_traceable(loaded.model, self.mode)
         return loaded
 
     def worker_info(self, loaded) -> dict[str, Any]:
@@ -229,7 +229,7 @@ def generate_traces(loaded, batch: Sequence[PlannedGeneration], *, mode: str, rn
                     settings: dict[str, Any], key: str) -> list[GenerationTrace]:
     """Generate one batch (one seed) with the tracer on; one scored trace per row."""
     seed = batch[0].seed
-    tracer = CommitTracer(loaded.model)
+    tracer = CommitTracer(loaded.model, mode)
     output = generate(loaded, [list(planned.prompt_ids) for planned in batch], seed=seed, rng=rng,
                       requests=[planned.generation_id for planned in batch], observers=[tracer],
                       generation=settings, mode=mode)

@@ -21,8 +21,10 @@ After generate, ``traces`` turns the calls into one ``GenerationTrace`` per row
   sampler gave them no logits on this call; the measures only read a position's entropy on its own
   canvas's calls). Each call carries an extra key ``canvas``.
 
-The compiled static-cache path cannot be traced: there transformers replaces ``accept_canvas`` with a
-compiled copy cached on the model, which bypasses the runner's wrapper. ``ensure_traceable`` refuses it.
+Transformers' own compiled static-cache path (stock and rowwise modes) cannot be traced: there
+transformers replaces ``accept_canvas`` with a compiled copy cached on the model, which bypasses the
+runner's wrapper; ``ensure_traceable`` refuses it. Invariant mode's compiled path
+(``canvaslab.generation.compiled_path``) keeps the sampler eager, so the tracer sees every call there.
 """
 
 from __future__ import annotations
@@ -48,14 +50,15 @@ def generation_id(probe_id: str, seed: int) -> str:
     return f"{probe_id}#{seed}"
 
 
-def ensure_traceable(model) -> None:
-    """Refuse a model whose generate would run the compiled sampler the tracer cannot see."""
-    if compiles_generate(model):
+def ensure_traceable(model, mode: str = "stock") -> None:
+    """Refuse a model whose generate would run the compiled sampler the tracer cannot see (stock and rowwise
+    modes; invariant mode's compiled path keeps the sampler eager)."""
+    if compiles_generate(model) and mode != "invariant":
         raise CanvaslabError(
             f"cannot trace a model whose generation_config.cache_implementation is "
             f"{model.generation_config.cache_implementation!r}: on that path transformers replaces the sampler's accept_canvas with "
             "a compiled copy cached on the model, which the commit-order tracer cannot observe; set "
-            "cache_implementation=None (dynamic cache) or disable_compile=True"
+            "cache_implementation=None (dynamic cache) or disable_compile=True, or use --mode invariant"
         )
 
 
@@ -72,9 +75,9 @@ class TracedCall:
 class CommitTracer:
     """Observer for ``generate(..., observers=[tracer])``; one generate call at a time."""
 
-    def __init__(self, model=None):
+    def __init__(self, model=None, mode: str = "stock"):
         if model is not None:
-            ensure_traceable(model)
+            ensure_traceable(model, mode)
         self._pending: list[tuple[int, int, torch.Tensor]] = []  # (step, canvas, packed on the device)
         self._calls: list[TracedCall] = []
         self._canvas = -1

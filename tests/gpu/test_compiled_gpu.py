@@ -1,0 +1,89 @@
+"""Invariant mode on transformers' compiled static-cache path, on a real GPU (Inductor, canvaslab's ops
+inside, the fused step's CUDA graphs around the compiled pass).
+
+At real shapes (2 layers, bf16) a row's every pass (scaled logits, entropy, accepted set) and its tokens
+are the same bytes alone, among copies and among longer prompts (left-padded), at another position;
+passes after the second replay CUDA graphs; the compiled path stays close to the eager invariant path.
+Run: ``python -m pytest -q -m gpu tests/gpu``.
+"""
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+GENERATION = {"max_denoising_steps": 4, "confidence_threshold": 1e-30}  # never confident: 4 passes
+
+
+class _Passes:
+    def __init__(self, row):
+        self.row, self.seen = row, []
+
+    def on_accept(self, *, logits, accepted_mask, accepted_canvas, cur_step, entropy):
+        self.seen.append((logits[self.row].clone(), entropy[self.row].clone(), accepted_mask[self.row].clone()))
+
+
+@pytest.fixture(scope="module")
+def compiled_model():
+    from canvaslab.models import load_model
+
+    loaded = load_model("real-shapes", device="cuda", layers=2)
+    loaded.model.generation_config.cache_implementation = "static"
+    return loaded
+
+
+@pytest.fixture
+def steps(monkeypatch):
+    from canvaslab.generation.fused_step import FusedStep
+
+    made = []
+    original_init = FusedStep.__init__
+
+    def remember(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(FusedStep, "__init__", remember)
+    return made
+
+
+def _run(loaded, prompts, row=0):
+    from canvaslab.generation import generate
+
+    passes = _Passes(row)
+    out = generate(loaded, prompts, mode="invariant", generation=GENERATION, observers=[passes], seed=5)
+    return out.rows[row].tokens, passes.seen
+
+
+def _prompts(loaded):
+    from canvaslab.prompts import BUILTIN_PROMPTS
+
+    return [loaded.tokenizer(text)["input_ids"] for text in BUILTIN_PROMPTS[:4]]
+
+
+def test_compiled_path_rows_are_the_same_bytes_alone_and_in_batches(compiled_model, steps):
+    from canvaslab.generation.compiled_path import CACHE_ATTRIBUTE
+
+    prompts = _prompts(compiled_model)
+    alone = _run(compiled_model, prompts[:1])
+    assert "pass" in vars(compiled_model.model)[CACHE_ATTRIBUTE]
+    assert steps[-1].replays > 0 and steps[-1].graph_failures == []
+    others = sorted(prompts[1:], key=len, reverse=True)
+    for batch, row in (([prompts[0]] * 3, 0), ([prompts[0], *others], 0), ([others[0], prompts[0], others[1]], 1),
+                       ([prompts[0]] * 8, 0)):
+        tokens, seen = _run(compiled_model, batch, row)
+        assert tokens == alone[0] and len(seen) == len(alone[1]) == 4
+        for got, expected in zip(seen, alone[1]):
+            assert all(torch.equal(a, b) for a, b in zip(got, expected)), (len(batch), row)
+
+
+def test_compiled_path_is_close_to_the_eager_invariant_path(compiled_model):
+    prompts = _prompts(compiled_model)[:1]
+    compiled_first = _run(compiled_model, prompts)[1][0]
+    compiled_model.model.generation_config.cache_implementation = None
+    try:
+        eager_first = _run(compiled_model, prompts)[1][0]
+    finally:
+        compiled_model.model.generation_config.cache_implementation = "static"
+    torch.testing.assert_close(compiled_first[0].float(), eager_first[0].float(), rtol=0.05, atol=0.1)
+    torch.testing.assert_close(compiled_first[1], eager_first[1], rtol=0.02, atol=0.02)
