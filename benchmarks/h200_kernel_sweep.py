@@ -31,6 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
+from canvaslab.invariant.triton_kernels import _tile_position
+
 START = time.time()
 CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 DEVICE = "cuda" if CUDA else "cpu"
@@ -99,15 +101,8 @@ def _swept_kernel(a_ptr, b_ptr, out_ptr, M, N, K, k_per_split, s_am, s_ak, s_bk,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
     """The production kernel's arithmetic (whole K slice in BK steps, fp32 accumulator) with a grouped
     tile order (GROUP_M row tiles share the L2 while every column tile passes)."""
-    pid = tl.program_id(0)
     split = tl.program_id(1)
-    num_m = tl.cdiv(M, BM)
-    num_n = tl.cdiv(N, BN)
-    width = GROUP_M * num_n
-    first_m = (pid // width) * GROUP_M
-    size_m = tl.minimum(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % size_m
-    pid_n = (pid % width) // size_m
+    pid_m, pid_n = _tile_position(M, N, BM, BN, GROUP_M)  # the production tile order
     rm = (pid_m * BM + tl.arange(0, BM)).to(tl.int64)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -129,14 +124,7 @@ def _swept_kernel(a_ptr, b_ptr, out_ptr, M, N, K, k_per_split, s_am, s_ak, s_bk,
 def _tma_kernel(a_ptr, b_ptr, out_ptr, M, N, K, B_KN: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                 BK: tl.constexpr, GROUP_M: tl.constexpr):
     """The same product with tiles moved by the Hopper tensor-memory accelerator (tensor descriptors)."""
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(M, BM)
-    num_n = tl.cdiv(N, BN)
-    width = GROUP_M * num_n
-    first_m = (pid // width) * GROUP_M
-    size_m = tl.minimum(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % size_m
-    pid_n = (pid % width) // size_m
+    pid_m, pid_n = _tile_position(M, N, BM, BN, GROUP_M)
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
     if B_KN:
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
