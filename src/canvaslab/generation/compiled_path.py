@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation.sampler import RowKeyedMultinomial
 from canvaslab.invariant import custom_ops
+from canvaslab.models import anatomy
 
 CACHE_ATTRIBUTE = "_canvaslab_compiled"
 BACKEND = None  # None: canvaslab's Inductor backend; tests set ``compiled.traced_backend`` (no code generation)
@@ -72,7 +73,7 @@ def compiled(model, name: str, fn):
 def invariant_compile_functions(model):
     """A replacement for transformers' ``_compile_functions`` (see the module)."""
     def compile_functions(sampler, diffusion_stopping_criteria):
-        encoder = compiled(model, "encoder", model.model.encoder)
+        encoder = compiled(model, "encoder", anatomy.encoder(model))
         decoder = compiled(model, "decoder", model.forward)
         return encoder, decoder, sampler, diffusion_stopping_criteria
     return compile_functions
