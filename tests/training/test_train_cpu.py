@@ -46,6 +46,9 @@ def test_loss_falls_for_both_models(trained):
         losses = [entry["loss"] for entry in report[name]["history"]]
         assert len(losses) == 12
         assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.2, (name, losses)
+        # the gradient norm before clipping is logged (is every step clipped to norm 1?)
+        norms = [entry["grad_norm"] for entry in report[name]["history"]]
+        assert all(math.isfinite(n) and n > 0 for n in norms), (name, norms)
     assert report["autoregressive"]["steps"] == report["diffusion"]["steps"] == 12
 
 

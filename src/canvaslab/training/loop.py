@@ -118,7 +118,9 @@ def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_lengt
         if step % settings.log_every == 0 or step == total - 1:
             entry = {"step": step, "loss": float(loss.detach()), "tokens": tokens,
                      "seconds": round(time.perf_counter() - started, 2), "lr": _learning_rate(settings, step, total),
-                     "skipped_steps": skipped, "total_steps": total, **{k: round(float(v), 4) for k, v in metrics.items()}}
+                     "skipped_steps": skipped, "total_steps": total,
+                     # before clipping at 1: above 1, the step was scaled down by this factor
+                     "grad_norm": round(float(grad_norm), 4), **{k: round(float(v), 4) for k, v in metrics.items()}}
             history.append(entry)
             if progress is not None:
                 progress(entry)
