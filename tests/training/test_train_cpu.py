@@ -22,7 +22,8 @@ from canvaslab.studies.commit_order.prompting import encode_prompt
 from canvaslab.training.card import write_card
 from canvaslab.training.batches import Pool
 from canvaslab.training.loop import TrainSettings, train
-from canvaslab.training.objective import (DiffusionBatch, NoiseSchedule, diffusion_loss, noise_canvas,
+from canvaslab.training.objective import (DiffusionBatch, NoiseSchedule, decoder_logits, diffusion_loss,
+                                         encode_prefix, noise_canvas,
                                          position_weights, weighted_canvas_loss)
 from canvaslab.training.run import RunSpec, train_models
 
@@ -106,6 +107,24 @@ def test_self_conditioning_changes_the_loss():
     assert torch.isfinite(with_sc) and torch.isfinite(without)
     assert float(with_sc) != float(without)
     assert float(forced) != float(without)  # the caller's per-step draw overrides the schedule's
+
+
+def test_a_diffusion_step_reaches_every_text_parameter_and_the_prompt():
+    """Guards against a cut gradient (a pass left under no_grad, a detached cache, an expert-weight
+    cast): with self-conditioning on, every parameter outside the unused vision tower gets a non-zero
+    gradient, and the logits depend differentiably on the prompt's keys in the encoder's cache."""
+    torch.manual_seed(0)
+    model = DiffusionGemmaForBlockDiffusion(mini_config(canvas_length=8, **dict(TOY))).train()
+    batch = DiffusionBatch(torch.randint(5, 4000, (3, 5)), torch.ones((3, 5), dtype=torch.bool),
+                           torch.randint(5, 4000, (3, 8)))
+    diffusion_loss(model, batch, NoiseSchedule(), torch.Generator().manual_seed(1), self_condition=True).backward()
+    text = {name: p for name, p in model.named_parameters() if "vision" not in name}
+    without = [name for name, p in text.items() if p.grad is None or not bool(p.grad.abs().sum() > 0)]
+    assert not without, without
+    cache = encode_prefix(model, batch)
+    keys = [layer.keys for layer in cache.layers]
+    grads = torch.autograd.grad(decoder_logits(model, cache, batch, batch.canvas).square().sum(), keys)
+    assert all(bool(g.abs().sum() > 0) for g in grads)
 
 
 def test_the_self_conditioning_pass_runs_on_about_half_the_steps_only():
