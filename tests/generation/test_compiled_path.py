@@ -154,7 +154,7 @@ def test_the_fused_steps_compiled_pass_is_the_same_alone_and_in_batches(static_c
     prompts = _prompts(loaded, 3)
     alone = _run(loaded, prompts[:1])
     assert "pass" in vars(loaded.model)[compiled_path.CACHE_ATTRIBUTE]
-    # written in place over the lm_head output: in the functional graph it is wrapped (auto_functionalized)
+    # the vocabulary pass is in the compiled graph as canvaslab's op (functional: it returns the scaled logits)
     assert any("canvaslab.vocab_sample.default" in " ".join(map(str, (node.target, *node.args[:1])))
                for graph in checked for node in graph.nodes)
     assert _same(alone, _run(loaded, [prompts[0], prompts[1], prompts[2]]))

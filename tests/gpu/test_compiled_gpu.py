@@ -77,6 +77,47 @@ def test_compiled_path_rows_are_the_same_bytes_alone_and_in_batches(compiled_mod
             assert all(torch.equal(a, b) for a, b in zip(got, expected)), (len(batch), row)
 
 
+class _Backbone(torch.nn.Module):
+    """A stand-in decoder: each canvas token's row of a table (an exact gather)."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = table
+
+    def forward(self, *, decoder_input_ids, **ignored):
+        from transformers.modeling_outputs import BaseModelOutput
+
+        return BaseModelOutput(last_hidden_state=self.table[decoder_input_ids])
+
+
+def test_the_compiled_pass_returns_the_scaled_logits_of_the_eager_pass():
+    """The compiled decoder pass's vocabulary step gives the eager pass's bits: scaled logits, entropy,
+    argmax, draw (session 7: with the in-place op, Inductor's code handed back other logits)."""
+    from canvaslab.generation.compiled_path import decoder_pass
+    from canvaslab.invariant import custom_ops
+    from canvaslab.invariant.compiled import compile_invariant
+    from canvaslab.invariant.triton_kernels import matmul
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    table = torch.randn(64, 256, device="cuda", generator=generator).to(torch.bfloat16)
+    weight = (torch.randn(256, 4096, device="cuda", generator=generator) / 4).to(torch.bfloat16)
+
+    def lm_head(hidden):  # the same Triton matmul eagerly and compiled (canvaslab::matmul)
+        b, length, k = hidden.shape
+        return custom_ops.call("matmul", matmul, hidden.reshape(b * length, k), weight, None).view(b, length, -1)
+
+    canvas = torch.randint(0, 64, (3, 16), device="cuda", generator=generator)
+    seeds = torch.tensor([11, 12, 13], device="cuda")
+    temperature = torch.tensor([0.7], device="cuda")
+    args = (_Backbone(table), lm_head, 30.0, canvas, None, seeds, temperature, None, None)
+    eager = decoder_pass(*args, decoder_position_ids=None, model_kwargs={})
+    compiled = compile_invariant(decoder_pass)(*args, decoder_position_ids=None, model_kwargs={})
+    raw = lm_head(table[canvas])
+    assert not torch.equal(eager[0], raw)  # the scaled logits, not the lm_head output
+    for name, got, expected in zip(("scaled", "entropy", "argmax", "draw"), compiled, eager):
+        assert torch.equal(got, expected), name
+
+
 def test_compiled_path_is_close_to_the_eager_invariant_path(compiled_model):
     prompts = _prompts(compiled_model)[:1]
     compiled_first = _run(compiled_model, prompts)[1][0]

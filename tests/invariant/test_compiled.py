@@ -100,15 +100,31 @@ def test_another_librarys_opaque_op_is_refused_and_canvaslabs_in_place_op_accept
 
 @pytest.mark.skipif(not torch.cuda.is_available() and __import__("os").environ.get("TRITON_INTERPRET") != "1",
                     reason="the vocabulary kernel needs a GPU or TRITON_INTERPRET=1")
-def test_canvaslabs_in_place_vocabulary_op_passes_the_check():
+def test_canvaslabs_vocabulary_op_passes_the_check():
     from canvaslab.invariant import custom_ops
 
     def step(h, w, seeds, temperature):
-        logits = (h @ w).view(1, 2, -1)  # an intermediate the op writes over (auto-functionalized in the graph)
-        entropy, argmax, sample = custom_ops.vocab_sample(logits, seeds, temperature, 30.0)
-        return logits, entropy, argmax, sample
+        logits = (h @ w).view(1, 2, -1)
+        return custom_ops.vocab_sample(logits, seeds, temperature, 30.0)
 
     x, w, _ = _inputs(2)
     graph = _aten_graph(step, compiled.decompositions(), (x, w, torch.tensor([3]), torch.tensor([0.7])))
+    targets = [str(n.target) for n in graph.nodes]
+    assert "canvaslab.vocab_sample.default" in targets and batch_variant_nodes(graph) == []
+
+
+@torch.library.custom_op("canvaslab::_test_double_in_place", mutates_args=("x",))
+def _double_in_place(x: torch.Tensor) -> None:
+    x.mul_(2)
+
+
+def test_a_canvaslab_op_that_writes_in_place_passes_the_check():
+    def step(h, w):
+        out = h @ w
+        _double_in_place(out)  # auto-functionalized in the graph
+        return out
+
+    x, w, _ = _inputs(2)
+    graph = _aten_graph(step, compiled.decompositions(), (x, w))
     targets = [str(n.target) for n in graph.nodes]
     assert any("auto_functionalized" in t for t in targets) and batch_variant_nodes(graph) == []

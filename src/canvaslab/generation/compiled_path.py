@@ -82,15 +82,14 @@ def invariant_compile_functions(model):
 def decoder_pass(backbone, lm_head, softcap, canvas, self_conditioning, seeds, temperature, mask_mapping, cache,
                  decoder_position_ids, model_kwargs):
     """One denoising pass up to the sampler's decisions: the decoder, lm_head and the vocabulary pass
-    (``vocab_sample``, writing the scaled logits over the lm_head output). Returns (scaled, entropy,
-    argmax, draw)."""
+    (``vocab_sample``: eagerly it writes the scaled logits over the lm_head output; compiled it returns them in a
+    new tensor). Returns (scaled, entropy, argmax, draw)."""
     from canvaslab.invariant.triton_kernels import vocab_sample
 
     hidden = backbone(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
                       decoder_attention_mask=mask_mapping, cache=cache, decoder_position_ids=decoder_position_ids,
                       **model_kwargs).last_hidden_state
     logits = lm_head(hidden)
-    if torch.compiler.is_compiling():
-        entropy, argmax, sample = custom_ops.vocab_sample(logits, seeds, temperature, softcap)
-        return logits, entropy, argmax, sample
+    if torch.compiler.is_compiling():  # compiled: a functional op (see custom_ops.vocab_sample)
+        return custom_ops.vocab_sample(logits, seeds, temperature, softcap)
     return vocab_sample(logits, seeds, temperature, softcap, out=logits)
