@@ -71,10 +71,11 @@ def main() -> None:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto", help="auto (the preset's), bfloat16 or float32")
     parser.add_argument("--ways", default=",".join(WAYS))
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    loaded = load_model(args.model, device=args.device, layers=args.layers)
+    loaded = load_model(args.model, device=args.device, layers=args.layers, dtype=args.dtype)
     prompt = loaded.tokenizer(BUILTIN_PROMPTS[0])["input_ids"]
     seen, seconds = {}, {}
     for way in args.ways.split(","):

@@ -83,6 +83,20 @@ def test_inductor_compiled_ops_are_close_to_eager_invariant_mode_on_the_cpu():
     torch.testing.assert_close(got[1], eager[1])
 
 
+def _bf16_chain(x, w, r):
+    h = x * w + r
+    return torch.tanh(h / 3.0) * 3.0 * w + h * h
+
+
+def test_inductors_elementwise_code_rounds_to_bf16_where_eager_does():
+    """Without ``emulate_precision_casts`` Inductor keeps float32 between fused bf16 ops (0.25 apart here);
+    on the H200 that moved the compiled path's first pass by up to 3.6 from the eager one."""
+    g = torch.Generator().manual_seed(0)
+    x, w, r = (torch.randn(7, 300, generator=g).to(torch.bfloat16) for _ in range(3))
+    torch._dynamo.reset()
+    assert torch.equal(compile_invariant(_bf16_chain)(x, w, r), _bf16_chain(x, w, r))
+
+
 @torch.library.custom_op("canvaslab_test::row_sum", mutates_args=())
 def _foreign_row_sum(x: torch.Tensor) -> torch.Tensor:
     return x.sum(-1)

@@ -203,7 +203,12 @@ def invariant_backend(graph_module: torch.fx.GraphModule, example_inputs):
     """A ``torch.compile`` backend: Inductor, with canvaslab's ops in place of the batch-sensitive ones."""
     from torch._inductor.compile_fx import compile_fx
 
-    patches = {"post_grad_custom_post_pass": RefuseBatchVariantReductions(), "triton.cudagraphs": False}
+    # emulate_precision_casts: Inductor's fused elementwise code rounds to the tensor's dtype (bf16) wherever
+    # eager code does; by default it keeps float32 in between, and on a real-shapes model that moved router
+    # scores enough to change the first pass's logits by up to 3.6 on the H200 (session 7, see
+    # benchmarks/results/h200_compiled_s7/NOTES.md).
+    patches = {"post_grad_custom_post_pass": RefuseBatchVariantReductions(), "triton.cudagraphs": False,
+               "emulate_precision_casts": True}
     return compile_fx(graph_module, example_inputs, decompositions=decompositions(), config_patches=patches)
 
 
