@@ -92,7 +92,7 @@ class _Backbone(torch.nn.Module):
 
 def test_the_compiled_pass_returns_the_scaled_logits_of_the_eager_pass():
     """The compiled decoder pass's vocabulary step gives the eager pass's bits: scaled logits, entropy,
-    argmax, draw (session 7: with the in-place op, Inductor's code handed back other logits)."""
+    argmax, draw (passed on the H200 in session 7)."""
     from canvaslab.generation.compiled_path import decoder_pass
     from canvaslab.invariant import custom_ops
     from canvaslab.invariant.compiled import compile_invariant
