@@ -7,7 +7,7 @@
 #       the commit tracer's overhead on the compiled path.
 # Compilation (Dynamo, AOTAutograd, Inductor) is CPU work: the two processes compile side by side.
 #
-#   bash benchmarks/h200_compiled_call.sh OUT_DIR [SECONDS]
+#   bash benchmarks/h200_compiled_call.sh OUT_DIR [SECONDS] [PROOF_SHARE]
 #
 # Writes OUT_DIR/log.txt, gpu_tests.txt, proof_compiled.json, throughput_compiled.json, tracer_overhead_fast.json.
 # Carry transformers >= 5.24 into /tmp/site first (see benchmarks/compiled_gpu_commands.md).
@@ -15,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash benchmarks/h200_compiled_call.sh OUT_DIR [SECONDS]}
-budget=${2:-330}
+budget=${2:-330} proof_share=${3:-0.55}
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src:$PWD/benchmarks:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log="$out/log.txt"
@@ -37,6 +37,7 @@ fi
 tests=$!
 echo "== h200_compiled_run (t=${SECONDS}s)" >> "$log"
 timeout $((budget - 5)) python benchmarks/h200_compiled_run.py --out "$out" --seconds $((budget - 25)) \
+  --proof-share "$proof_share" \
   --tracer-paths compiled --quiet-after "$done_marker" "${run_args[@]}" >> "$log" 2>&1
 echo "== h200_compiled_run exit=$? (t=${SECONDS}s)" >> "$log"
 wait "$tests"

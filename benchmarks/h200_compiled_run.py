@@ -53,6 +53,8 @@ def main() -> None:
                         help="wait for this file before timing (another process on the GPU is done)")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=400)
+    parser.add_argument("--proof-share", type=float, default=0.55,
+                        help="the proof's sizes start within this fraction of --seconds")
     parser.add_argument("--backend", choices=("inductor", "traced"), default="inductor",
                         help="traced: the aten graph run without Inductor's code generation (a quick CPU dry run)")
     parser.add_argument("--out", type=Path, required=True)
@@ -75,7 +77,7 @@ def main() -> None:
 
     use_path(loaded, "compiled")
     proof = prove(loaded, mode="invariant", fills=["copies", "mixed"], steps=args.steps,
-                  sizes=[int(b) for b in args.proof_sizes.split(",")], deadline=deadline - 0.45 * args.seconds)
+                  sizes=[int(b) for b in args.proof_sizes.split(",")], deadline=start + args.proof_share * args.seconds)
     write_json_atomic(args.out / "proof_compiled.json",
                       {"environment": {**environment, "torch_compile": True}, "path": "compiled",
                        "steps": args.steps, **proof})

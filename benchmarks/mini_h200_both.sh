@@ -20,7 +20,8 @@
 # --prompts-per-regime 1 --bootstrap 0" NOISE_BATCH=1 is a smoke test of this script on a CPU),
 # ORDER_ARGS (default "--seeds 5 --prompts-per-regime 20"), NOISE_BATCH (default 8), STEPS (the most
 # steps, default 4000), TINY=1 (a toy-sized model; with DEVICE=cpu STEPS=8: a dry run of the whole
-# script in a few CPU minutes).
+# script in a few CPU minutes), GPUS (default "0 1": the diffusion model's GPU and the sibling's; "0 0" runs
+# both on one GPU, which two launch-bound 15M-parameter trainings share at nearly full speed each).
 set -u
 passages=$1 run=$2 pack=$3 budget=${4:-360} examples=${5:-300000} lr=${6:-7e-4} per_task=${7:-100} deadline=${8:-560}
 counts=${9:+--token-counts $9}
@@ -29,6 +30,7 @@ start=$SECONDS
 left() { local s=$(( deadline - (SECONDS - start) )); echo $(( s > 1 ? s : 1 )); }
 device=${DEVICE:-cuda} batch=${BATCH:-512} order_args=${ORDER_ARGS:---seeds 5 --prompts-per-regime 20}
 noise_batch=${NOISE_BATCH:-8} tiny=${TINY:+--tiny} steps=${STEPS:-4000}
+read -r gpu_diffusion gpu_sibling <<< "${GPUS:-0 1}"
 assets=$(python -c 'from canvaslab.models.mini import packaged_folder; print(packaged_folder("mini").parent)')
 mkdir -p "$run/bin" "$pack"
 # `canvaslab` without an installed console script (the package travels as source on PYTHONPATH)
@@ -43,11 +45,11 @@ if python -c 'from canvaslab.studies.commit_order.sandbox import require_isolati
 ship() { rm -f "$assets/$2"/model*.safetensors* && cp "$1"/* "$assets/$2/"; }
 common=(--passages "$passages" --batch-size "$batch" --device "$device" --lr "$lr" --examples "$examples"
         --eval-per-task "$per_task" --eval-tasks "$eval_tasks" --pack "$pack" --steps "$steps" $tiny)
-CUDA_VISIBLE_DEVICES=0 timeout "$(left)" python "$here/mini_train_h200.py" --out "$run/d" --kinds diffusion --eval-models diffusion \
+CUDA_VISIBLE_DEVICES=$gpu_diffusion timeout "$(left)" python "$here/mini_train_h200.py" --out "$run/d" --kinds diffusion --eval-models diffusion \
     --time-budget "$budget" --steps-file "$run/steps.txt" "${common[@]}" > "$run/train_diffusion.log" 2>&1 &
 diffusion=$!
 (
-  export CUDA_VISIBLE_DEVICES=1
+  export CUDA_VISIBLE_DEVICES=$gpu_sibling
   [ "$device" = cpu ] && export CUDA_VISIBLE_DEVICES=
   timeout "$(left)" python "$here/mini_train_h200.py" --out "$run/a" --kinds causal --eval-models autoregressive \
       --steps-from "$run/steps.txt" "${common[@]}" > "$run/train_autoregressive.log" 2>&1
@@ -65,7 +67,7 @@ while [ ! -f "$run/d/diffusion/generation_config.json" ] && [ "$(left)" -gt 1 ];
 sleep 3
 ship "$run/d/diffusion" mini && touch "$run/shipped"
 canvaslab noise-study plan --model mini --out "$run/noise_study" $counts > "$run/noise_study.log" 2>&1
-CUDA_VISIBLE_DEVICES=0 timeout "$(( $(left) - 25 > 1 ? $(left) - 25 : 1 ))" canvaslab noise-study run "$run/noise_study" \
+CUDA_VISIBLE_DEVICES=$gpu_diffusion timeout "$(( $(left) - 25 > 1 ? $(left) - 25 : 1 ))" canvaslab noise-study run "$run/noise_study" \
     --device "$device" --batch-size "$noise_batch" >> "$run/noise_study.log" 2>&1
 echo "noise-study exit $?" >> "$run/noise_study.log"
 wait "$diffusion"
