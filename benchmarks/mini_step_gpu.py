@@ -37,6 +37,43 @@ def seconds_per_step(history: list[dict], first: int) -> float:
     return (end["seconds"] - start["seconds"]) / (end["step"] - start["step"])
 
 
+def apply_variant(model, variant: str) -> None:
+    if variant == "eager_attention":
+        model.set_attn_implementation("eager")
+    elif variant == "batched_mm":
+        model.set_experts_implementation("batched_mm")
+    elif variant == "compiled_layers":
+        # the twelve layers share one forward's code, in two attention shapes (sliding, global), and the
+        # prompt width varies: more cached graphs than Dynamo's default allows
+        torch._dynamo.config.recompile_limit = 64
+        for module in model.modules():
+            if type(module).__name__.endswith(("EncoderTextLayer", "DecoderTextLayer")):
+                module.compile(dynamic=True)
+    else:
+        raise SystemExit(f"unknown variant {variant!r}")
+
+
+def profile_steps(model, pool, batch: int, steps: int, cuda: bool) -> tuple[dict, str]:
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    settings = TrainSettings(steps=steps, batch_size=batch, log_every=1, learning_rate=1e-4)
+    with torch.profiler.profile(activities=activities) as profile:
+        started = time.perf_counter()
+        train(model, pool, settings, "diffusion", canvas_length=128)
+        if cuda:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - started
+    events = profile.key_averages()
+    kernel_us = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    summary = {"batch": batch, "steps": steps, "wall_s": round(wall, 3), "cuda_kernel_s": round(kernel_us / 1e6, 3),
+               "gpu_busy_fraction": round(kernel_us / 1e6 / wall, 3),
+               "aten_calls_per_step": sum(e.count for e in events if e.key.startswith("aten::")) // steps,
+               "syncs_per_step": sum(e.count for e in events if e.key in (
+                   "aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize")) / steps}
+    tables = [events.table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=35),
+              events.table(sort_by="self_cpu_time_total", row_limit=25)]
+    return summary, "\n\n".join(tables)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--passages", type=Path, required=True)
@@ -47,48 +84,58 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=8)
     parser.add_argument("--examples", type=int, default=40000)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--variants", default="")
+    parser.add_argument("--seconds", type=float, default=400.0, help="no new stage starts after this")
     args = parser.parse_args()
+    started = time.perf_counter()
+    cuda = args.device.startswith("cuda")
     args.out.mkdir(parents=True, exist_ok=True)
     pool = Pool.build(load_mini_tokenizer(), generate_texts(args.passages, args.examples, 0, workers=8), 256)
     torch.manual_seed(0)
     model = DiffusionGemmaForBlockDiffusion(mini_config()).to(args.device)
-    if args.device.startswith("cuda"):
+    if cuda:
         use_autocast_experts(model)
     result = {"environment": environment_fingerprint(device=torch.device(args.device)), "steps": args.steps,
               "timed_from_step": args.first, "seconds_per_step": {}, "peak_gib": {}}
     sizes = [int(s) for s in args.batch_sizes.split(",")]
-    for batch in sizes:
-        settings = TrainSettings(steps=args.steps, batch_size=batch, log_every=1, learning_rate=1e-4)
-        if args.device.startswith("cuda"):
+
+    def save() -> None:
+        (args.out / "mini_step_gpu.json").write_text(json.dumps(result, indent=1))
+
+    def timed(label: str, batch: int) -> None:
+        if time.perf_counter() - started > args.seconds:
+            result["seconds_per_step"][label] = "skipped: out of time"
+            print(label, "skipped: out of time", flush=True)
+            save()
+            return
+        if cuda:
             torch.cuda.reset_peak_memory_stats()
-        history = train(model, pool, settings, "diffusion", canvas_length=128)
-        result["seconds_per_step"][batch] = round(seconds_per_step(history, args.first), 4)
-        if args.device.startswith("cuda"):
-            result["peak_gib"][batch] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-        print(batch, result["seconds_per_step"][batch], flush=True)
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if args.device.startswith("cuda"):
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    settings = TrainSettings(steps=args.profile_steps, batch_size=sizes[0], log_every=1, learning_rate=1e-4)
-    with torch.profiler.profile(activities=activities) as profile:
-        started = time.perf_counter()
-        train(model, pool, settings, "diffusion", canvas_length=128)
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        wall = time.perf_counter() - started
-    events = profile.key_averages()
-    kernel_us = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
-    result["profile"] = {"batch": sizes[0], "steps": args.profile_steps, "wall_s": round(wall, 3),
-                         "cuda_kernel_s": round(kernel_us / 1e6, 3), "gpu_busy_fraction": round(kernel_us / 1e6 / wall, 3),
-                         "aten_calls_per_step": sum(e.count for e in events if e.key.startswith("aten::")) // args.profile_steps,
-                         "syncs_per_step": sum(e.count for e in events if e.key in ("aten::item", "aten::_local_scalar_dense",
-                                                                                   "cudaStreamSynchronize", "cudaDeviceSynchronize"))
-                         / args.profile_steps}
-    text = [events.table(sort_by="self_cuda_time_total" if args.device.startswith("cuda") else "self_cpu_time_total", row_limit=30),
-            events.table(sort_by="self_cpu_time_total", row_limit=30)]
-    (args.out / "mini_step_profile.txt").write_text("\n\n".join(text))
-    (args.out / "mini_step_gpu.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: v for k, v in result.items() if k != "environment"}, indent=1))
+        try:
+            settings = TrainSettings(steps=args.steps, batch_size=batch, log_every=1, learning_rate=1e-4)
+            history = train(model, pool, settings, "diffusion", canvas_length=128)
+            result["seconds_per_step"][label] = round(seconds_per_step(history, args.first), 4)
+            if cuda:
+                result["peak_gib"][label] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        except torch.OutOfMemoryError:
+            result["seconds_per_step"][label] = "out of memory"
+            model.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+        print(label, result["seconds_per_step"][label], result["peak_gib"].get(label), flush=True)
+        save()
+
+    timed(f"sdpa_grouped_mm/B={sizes[0]}", sizes[0])
+    result["profile"], tables = profile_steps(model, pool, sizes[0], args.profile_steps, cuda)
+    (args.out / "mini_step_profile.txt").write_text(tables)
+    save()
+    print(json.dumps(result["profile"]), flush=True)
+    for batch in sizes[1:]:
+        timed(f"sdpa_grouped_mm/B={batch}", batch)
+    for variant in filter(None, args.variants.split(",")):
+        apply_variant(model, variant)
+        timed(f"{variant}/B={sizes[0]}", sizes[0])
+        if cuda and variant != "compiled_layers":
+            use_autocast_experts(model)
+            model.set_attn_implementation("sdpa")
 
 
 if __name__ == "__main__":
