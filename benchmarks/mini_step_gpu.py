@@ -27,7 +27,7 @@ from transformers import DiffusionGemmaForBlockDiffusion
 from canvaslab.environment import environment_fingerprint
 from canvaslab.models.mini import load_mini_tokenizer, mini_config
 from canvaslab.training.batches import Pool, generate_texts
-from canvaslab.training.loop import TrainSettings, train
+from canvaslab.training.loop import TrainSettings, compile_layers, train
 from canvaslab.training.objective import use_autocast_experts
 
 
@@ -43,12 +43,7 @@ def apply_variant(model, variant: str) -> None:
     elif variant == "batched_mm":
         model.set_experts_implementation("batched_mm")
     elif variant == "compiled_layers":
-        # the twelve layers share one forward's code, in two attention shapes (sliding, global), and the
-        # prompt width varies: more cached graphs than Dynamo's default allows
-        torch._dynamo.config.recompile_limit = 64
-        for module in model.modules():
-            if type(module).__name__.endswith(("EncoderTextLayer", "DecoderTextLayer")):
-                module.compile(dynamic=True)
+        compile_layers(model)
     else:
         raise SystemExit(f"unknown variant {variant!r}")
 

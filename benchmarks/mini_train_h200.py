@@ -76,6 +76,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps-file", type=Path, help="write the step count the time budget fixed here")
     parser.add_argument("--steps-from", type=Path, help="train for the step count written there")
+    parser.add_argument("--compile-layers", action="store_true", help="torch.compile each transformer layer")
     parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -85,7 +86,7 @@ def main() -> None:
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
                              warmup_steps=min(args.warmup, args.steps // 10 + 1), time_budget_s=args.time_budget)
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
-                   kinds=tuple(args.kinds.split(",")), **(TINY if args.tiny else {}))
+                   kinds=tuple(args.kinds.split(",")), compile_layers=args.compile_layers, **(TINY if args.tiny else {}))
     train_models(spec, log=lambda m: print(m, flush=True), on_saved=lambda folder: _pack_weights(folder, args.pack),
                  on_entry=_steps_writer(args.steps_file))
     print(f"trained in {time.perf_counter() - started:.1f} s", flush=True)

@@ -179,3 +179,27 @@ def test_order_study_on_a_trained_checkpoint_with_its_sibling_as_baseline(traine
     metrics = json.loads((tmp_path / "study" / "order_metrics.json").read_text())
     assert metrics["study"]["generation"]["max_denoising_steps"] == 48
     assert "factual" in metrics["baseline"]["regimes"]
+
+
+@pytest.mark.slow
+def test_compiled_layers_train_like_eager_ones():
+    """compile_layers changes the speed, not the math: the same step's loss and gradients, compiled or not."""
+    from canvaslab.models import anatomy
+    from canvaslab.training.loop import compile_layers
+
+    def step(compiled: bool):
+        torch.manual_seed(0)
+        model = DiffusionGemmaForBlockDiffusion(mini_config(32, **dict(TOY))).train()
+        if compiled:
+            compile_layers(model)
+            layers = anatomy.encoder_layers(model) + anatomy.decoder_layers(model)
+            assert len(layers) == 4 and all(layer._compiled_call_impl is not None for layer in layers)
+        batch = DiffusionBatch(torch.randint(1, 500, (3, 16)), torch.ones(3, 16, dtype=torch.bool),
+                               torch.randint(1, 500, (3, 32)))
+        loss = diffusion_loss(model, batch, NoiseSchedule(), torch.Generator().manual_seed(1), None, True)
+        loss.backward()
+        return loss.detach(), model.get_input_embeddings().weight.grad
+
+    (eager_loss, eager_grad), (compiled_loss, compiled_grad) = step(False), step(True)
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(compiled_grad, eager_grad, rtol=1e-3, atol=1e-5)

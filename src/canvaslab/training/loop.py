@@ -60,6 +60,32 @@ def _optimizer(model, settings: TrainSettings) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=settings.learning_rate, betas=(0.9, 0.98), fused=fused)
 
 
+def compile_layers(model) -> int:
+    """Put each transformer layer under ``torch.compile`` (same math; the number compiled).
+
+    At `mini`'s width (256) a training step is bound by unfused elementwise work, not by its matmuls (an
+    H200 profile: multiplies, copies and index updates take ~70% of GPU time, matmuls ~8%;
+    benchmarks/results/mini_step_gpu_s8/), which Inductor fuses. Layers rather than the whole model: the
+    encoder's cache and the decoder's self-conditioning input stay plain Python between them.
+    """
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from canvaslab.models import anatomy
+
+    # all layers share one forward's code, in two attention shapes (sliding, global), and the prompt
+    # width varies from step to step: more cached graphs than Dynamo allows by default
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    # a layer Dynamo cannot compile runs eagerly (the same math) instead of ending a paid-for GPU run
+    torch._dynamo.config.suppress_errors = True
+    # transformers' decoder layers (the sibling's, DiffusionGemma's decoder) and DiffusionGemma's encoder
+    # layers, which are plain modules
+    kinds = (GradientCheckpointingLayer, anatomy.ENCODER_LAYER_CLASS)
+    layers = [m for m in model.modules() if isinstance(m, kinds)]
+    for layer in layers:
+        layer.compile(dynamic=True)
+    return len(layers)
+
+
 def _batch_order(pool: Pool, settings: TrainSettings) -> Callable[[int], list[int]]:
     """Indices of step ``step``'s examples: passes over a seeded permutation of the pool."""
     order = list(range(len(pool)))

@@ -22,7 +22,7 @@ from canvaslab.environment import environment_fingerprint
 from canvaslab.io import write_json_atomic
 from canvaslab.models.mini import MINI_EOS_IDS, ar_sibling_config, load_mini_tokenizer, mini_config
 from canvaslab.training.batches import Pool, generate_texts
-from canvaslab.training.loop import TrainSettings, train
+from canvaslab.training.loop import TrainSettings, compile_layers, train
 from canvaslab.training.objective import restore_experts, use_autocast_experts
 
 # Sampler defaults shipped with `mini` (generation_config.json): the real model's, a 48-pass budget,
@@ -48,6 +48,7 @@ class RunSpec:
     text_overrides: tuple = ()
     canvas_length: int = 128
     kinds: tuple[str, ...] = ("diffusion", "causal")
+    compile_layers: bool = False  # torch.compile each transformer layer (loop.compile_layers)
 
 
 # Weight files stay under 16 MiB: they travel back from GPU machines with a per-file limit, and the
@@ -86,6 +87,8 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
         model.to(spec.device)
         if spec.device.startswith("cuda"):
             use_autocast_experts(model)
+        if spec.compile_layers:
+            log(f"{kind}: {compile_layers(model)} layers compiled")
         started = time.perf_counter()
         history = train(model, pool, settings, kind, canvas_length=spec.canvas_length,
                         progress=lambda e, k=kind: (log(f"{k} {e}"), on_entry and on_entry(k, e)))
