@@ -6,10 +6,12 @@ pass on a host-drawn half of the steps, AdamW, clipping, the finiteness check) o
 config, for a few batch sizes; seconds per step from the loop's own history (steps ``--from`` to the end,
 past the warm-up), then one profiled stretch at the first batch size: summed CUDA kernel time against wall
 time (a GPU busy far less than the wall clock means the step is bound by the host), and the top kernels
-and host ops.
+and host ops; then the same steps with other implementations of the model's parts (``--variants``:
+``eager_attention``, ``batched_mm`` experts, ``compiled_layers`` / ``compiled_leaves`` =
+``canvaslab.training.loop.compile_layers``), each at the first batch size, while ``--seconds`` last.
 
     python benchmarks/mini_step_gpu.py --passages prose.txt --out DIR [--batch-sizes 512,1024,2048]
-        [--steps 40] [--from 15] [--device cuda]
+        [--steps 40] [--from 15] [--device cuda] [--variants compiled_leaves,...] [--seconds 400]
 
 Writes DIR/mini_step_gpu.json and DIR/mini_step_profile.txt.
 """

@@ -2,6 +2,7 @@
 
     python benchmarks/mini_train_h200.py --out DIR --passages prose.txt --steps N [--batch-size B]
         [--eval-per-task N] [--pack DIR] [--kinds diffusion|causal] [--steps-file F | --steps-from F]
+        [--compile layers|leaves] [--checkpoint-dir DIR --stop-after SECONDS]
 
 ``--pack DIR`` also copies what a size-limited transfer can carry: each model's weight shards (under
 16 MiB each, ``MAX_SHARD_SIZE``) and one tar of everything else. To train the two models at once on two
@@ -21,7 +22,7 @@ import traceback
 from pathlib import Path
 
 from canvaslab.training.card import write_card
-from canvaslab.training.loop import TrainSettings
+from canvaslab.training.loop import TrainSettings, TrainingPaused
 from canvaslab.training.run import RunSpec, evaluate_models, train_models
 
 
@@ -76,7 +77,10 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps-file", type=Path, help="write the step count the time budget fixed here")
     parser.add_argument("--steps-from", type=Path, help="train for the step count written there")
-    parser.add_argument("--compile-layers", action="store_true", help="torch.compile each transformer layer")
+    parser.add_argument("--compile", default="", choices=("", "layers", "leaves"),
+                        help="what to put under torch.compile (canvaslab.training.loop.compile_layers)")
+    parser.add_argument("--checkpoint-dir", type=Path, help="resumable: rerunning the same command goes on from here")
+    parser.add_argument("--stop-after", type=float, help="seconds: pause training (checkpointed) after this long")
     parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -86,9 +90,15 @@ def main() -> None:
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
                              warmup_steps=min(args.warmup, args.steps // 10 + 1), time_budget_s=args.time_budget)
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
-                   kinds=tuple(args.kinds.split(",")), compile_layers=args.compile_layers, **(TINY if args.tiny else {}))
-    train_models(spec, log=lambda m: print(m, flush=True), on_saved=lambda folder: _pack_weights(folder, args.pack),
-                 on_entry=_steps_writer(args.steps_file))
+                   kinds=tuple(args.kinds.split(",")), compile_layers=args.compile,
+                   checkpoint_dir=args.checkpoint_dir,
+                   stop_at=None if args.stop_after is None else time.monotonic() + args.stop_after, **(TINY if args.tiny else {}))
+    try:
+        train_models(spec, log=lambda m: print(m, flush=True), on_saved=lambda folder: _pack_weights(folder, args.pack),
+                     on_entry=_steps_writer(args.steps_file))
+    except TrainingPaused as paused:
+        print(f"{paused} ({args.checkpoint_dir})", flush=True)
+        return 0
     print(f"trained in {time.perf_counter() - started:.1f} s", flush=True)
     if args.eval_per_task:
         try:

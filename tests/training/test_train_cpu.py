@@ -181,25 +181,90 @@ def test_order_study_on_a_trained_checkpoint_with_its_sibling_as_baseline(traine
     assert "factual" in metrics["baseline"]["regimes"]
 
 
-@pytest.mark.slow
-def test_compiled_layers_train_like_eager_ones():
-    """compile_layers changes the speed, not the math: the same step's loss and gradients, compiled or not."""
+def test_compile_layers_picks_the_layers_or_the_shared_leaves():
     from canvaslab.models import anatomy
+    from canvaslab.training.loop import compile_layers
+
+    model = DiffusionGemmaForBlockDiffusion(mini_config(32, **dict(TOY)))
+    compile_layers(model, "layers")
+    layers = anatomy.encoder_layers(model) + anatomy.decoder_layers(model)
+    assert len(layers) == 4 and all(layer._compiled_call_impl is not None for layer in layers)
+    model = DiffusionGemmaForBlockDiffusion(mini_config(32, **dict(TOY)))
+    compile_layers(model, "leaves")
+    layers = anatomy.encoder_layers(model) + anatomy.decoder_layers(model)
+    assert not any(layer._compiled_call_impl is not None for layer in layers)
+    assert all(layer.mlp._compiled_call_impl is not None and layer.input_layernorm._compiled_call_impl is not None
+               for layer in layers)
+
+
+@pytest.mark.slow
+def test_compiled_leaves_train_like_eager_ones():
+    """compile_layers changes the speed, not the math: the same step's loss and gradients, compiled or not."""
+    from torch._dynamo.utils import counters
+
     from canvaslab.training.loop import compile_layers
 
     def step(compiled: bool):
         torch.manual_seed(0)
         model = DiffusionGemmaForBlockDiffusion(mini_config(32, **dict(TOY))).train()
         if compiled:
-            compile_layers(model)
-            layers = anatomy.encoder_layers(model) + anatomy.decoder_layers(model)
-            assert len(layers) == 4 and all(layer._compiled_call_impl is not None for layer in layers)
+            compile_layers(model, "leaves")
         batch = DiffusionBatch(torch.randint(1, 500, (3, 16)), torch.ones(3, 16, dtype=torch.bool),
                                torch.randint(1, 500, (3, 32)))
         loss = diffusion_loss(model, batch, NoiseSchedule(), torch.Generator().manual_seed(1), None, True)
         loss.backward()
         return loss.detach(), model.get_input_embeddings().weight.grad
 
-    (eager_loss, eager_grad), (compiled_loss, compiled_grad) = step(False), step(True)
+    (eager_loss, eager_grad) = step(False)
+    graphs_before = counters["stats"]["unique_graphs"]
+    (compiled_loss, compiled_grad) = step(True)
+    assert counters["stats"]["unique_graphs"] > graphs_before  # compiled, not silently run eagerly
     torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(compiled_grad, eager_grad, rtol=1e-3, atol=1e-5)
+
+
+def _toy_pool():
+    from canvaslab.models.mini import load_mini_tokenizer
+    from canvaslab.training.batches import generate_texts
+
+    return Pool.build(load_mini_tokenizer(), generate_texts(None, 48, 0), max_answer_tokens=64)
+
+
+def _toy_model():
+    torch.manual_seed(0)
+    return DiffusionGemmaForBlockDiffusion(mini_config(32, **dict(TOY)))
+
+
+@pytest.mark.parametrize("pause_after", [3, 5])
+def test_a_paused_run_resumes_to_the_uninterrupted_result(tmp_path, pause_after):
+    """Paused (checkpoint saved, TrainingPaused raised) and run again with the same checkpoint, training ends
+    with the weights and history an uninterrupted run has: same examples, same random draws."""
+    from canvaslab.training.loop import TrainingPaused
+
+    pool = _toy_pool()
+    settings = TrainSettings(steps=8, batch_size=4, learning_rate=3e-3, warmup_steps=2, log_every=1, seed=5,
+                             checkpoint_every=2)
+    straight = _toy_model()
+    expected = train(straight, pool, settings, "diffusion", canvas_length=32)
+
+    resumed, checkpoint = _toy_model(), tmp_path / "state.pt"
+    with pytest.raises(TrainingPaused) as paused:
+        train(resumed, pool, settings, "diffusion", canvas_length=32, checkpoint=checkpoint,
+              stop=lambda step: step == pause_after)
+    assert paused.value.step == pause_after and checkpoint.exists()
+    resumed = _toy_model()  # a fresh process: nothing but the checkpoint carries over
+    history = train(resumed, pool, settings, "diffusion", canvas_length=32, checkpoint=checkpoint)
+
+    def without_time(entries):
+        return [{k: v for k, v in e.items() if k != "seconds"} for e in entries]
+
+    assert without_time(history) == without_time(expected)
+    for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_mini_train_refuses_an_unknown_compile_choice_before_any_work(tmp_path):
+    result = CliRunner().invoke(app, ["mini", "train", "--out", str(tmp_path / "run"), "--device", "cpu",
+                                      "--compile", "everything"])
+    assert result.exit_code == 2 and "--compile 'everything'" in result.output
+    assert not (tmp_path / "run").exists()

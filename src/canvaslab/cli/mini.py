@@ -51,6 +51,8 @@ def train(
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("cuda", "--device", help="cuda (bf16 autocast) or cpu (float32)"),
     eval_per_task: int = typer.Option(100, "--eval-per-task", min=0, help="held-out prompts per task (0: skip)"),
+    compile_parts: str = typer.Option("", "--compile", help="put parts under torch.compile: 'leaves' (norms, MLPs, "
+                                      "routers: ~1.3x on an H200 after ~1.5 min) or 'layers' (~2.4x after ~6 min)"),
 ) -> None:
     """Train `mini` and its autoregressive sibling on the same examples, then evaluate both on held-out prompts."""
     from canvaslab.models.loading import resolve_device
@@ -62,10 +64,12 @@ def train(
         raise CanvaslabError(f"--passages {passages_file}: no such file (make one with `canvaslab mini passages`)")
     if out.exists() and any(out.iterdir()):
         raise CanvaslabError(f"--out {out} is not empty: choose a new folder (a finished run is never overwritten)")
+    if compile_parts not in ("", "layers", "leaves"):
+        raise CanvaslabError(f"--compile {compile_parts!r}: choose 'layers' or 'leaves'")
     resolve_device(device)
     settings = TrainSettings(steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
                              warmup_steps=min(100, steps // 10 + 1))
-    train_models(RunSpec(out, passages_file, settings, device=device), log=typer.echo)
+    train_models(RunSpec(out, passages_file, settings, device=device, compile_layers=compile_parts), log=typer.echo)
     if eval_per_task:
         evaluate_models(out, passages_file, eval_per_task, device, seed=seed, log=typer.echo)
     typer.echo(f"wrote {write_card(out)}")

@@ -13,9 +13,11 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
+from canvaslab.io import atomic_writer
 from canvaslab.training.batches import Pool, causal_rows, diffusion_rows
 from canvaslab.training.objective import DiffusionBatch, NoiseSchedule, causal_lm_loss, diffusion_loss
 
@@ -29,6 +31,7 @@ class TrainSettings:
     weight_decay: float = 0.01
     seed: int = 0
     log_every: int = 25
+    checkpoint_every: int = 200  # steps between checkpoints, when train() is given a checkpoint file
     # > 0: the number of steps is set after a short measurement so that training takes about this long
     # (capped by ``steps``); the steps actually run are recorded, so ``--steps`` reproduces the run.
     time_budget_s: float = 0.0
@@ -106,26 +109,70 @@ def _batch_order(pool: Pool, settings: TrainSettings) -> Callable[[int], list[in
     return indices
 
 
+class TrainingPaused(Exception):
+    """Training stopped at a checkpoint before its last step; the same call with the same checkpoint
+    resumes it."""
+
+    def __init__(self, step: int, total: int) -> None:
+        super().__init__(f"training paused after step {step} of {total}: rerun to resume from the checkpoint")
+        self.step, self.total = step, total
+
+
+def _save_checkpoint(path: Path, model, optimizer, state: dict, rngs: dict) -> None:
+    """Model, optimizer, loop counters and every random stream, written atomically (a kill -9 leaves the
+    previous checkpoint whole)."""
+    payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), **state,
+               "rng": {"generator": rngs["generator"].get_state(), "row": rngs["row"].getstate(),
+                       "self_conditioning": rngs["self_conditioning"].getstate()}}
+    with atomic_writer(path, binary=True) as handle:
+        torch.save(payload, handle)
+
+
+def _restore_checkpoint(path: Path, model, optimizer, rngs: dict) -> dict:
+    payload = torch.load(path, map_location=next(model.parameters()).device, weights_only=False)
+    model.load_state_dict(payload.pop("model"))
+    optimizer.load_state_dict(payload.pop("optimizer"))
+    rng = payload.pop("rng")
+    rngs["generator"].set_state(rng["generator"].cpu())
+    rngs["row"].setstate(rng["row"])
+    rngs["self_conditioning"].setstate(rng["self_conditioning"])
+    return payload
+
+
 def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_length: int = 0,
-          progress: Callable[[dict], None] | None = None) -> list[dict]:
-    """Train ``model`` in place (``kind`` ``diffusion`` or ``causal``); the loss history."""
+          progress: Callable[[dict], None] | None = None, checkpoint: Path | None = None,
+          stop: Callable[[int], bool] | None = None) -> list[dict]:
+    """Train ``model`` in place (``kind`` ``diffusion`` or ``causal``); the loss history.
+
+    ``checkpoint``: a file the state is saved to every ``settings.checkpoint_every`` steps and restored from
+    when it exists, so a killed or paused run goes on where it stopped (same examples, same random draws,
+    same weights as an uninterrupted run). ``stop(step)``, checked after each step: True saves the
+    checkpoint and raises ``TrainingPaused`` (e.g. before a device call's time runs out)."""
     device = next(model.parameters()).device
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else None
     optimizer, indices = _optimizer(model, settings), _batch_order(pool, settings)
-    generator = torch.Generator(device=device).manual_seed(settings.seed)
-    row_rng = random.Random(f"canvas/{settings.seed}")
-    # Host-side draws: reading a device draw back each step would stall the GPU queue.
-    self_conditioning_rng = random.Random(f"self-conditioning/{settings.seed}")
-    history, started, tokens = [], time.perf_counter(), 0
-    total, step, measured_from, skipped = settings.steps, 0, None, 0
+    rngs = {"generator": torch.Generator(device=device).manual_seed(settings.seed),
+            "row": random.Random(f"canvas/{settings.seed}"),
+            # Host-side draws: reading a device draw back each step would stall the GPU queue.
+            "self_conditioning": random.Random(f"self-conditioning/{settings.seed}")}
+    state = {"history": [], "tokens": 0, "total": settings.steps, "step": 0, "skipped": 0, "elapsed": 0.0,
+             "budget_fixed": False}
+    if checkpoint is not None and checkpoint.exists():
+        state = _restore_checkpoint(checkpoint, model, optimizer, rngs)
+    history, tokens, total, step, skipped, budget_fixed = (
+        state["history"], state["tokens"], state["total"], state["step"], state["skipped"], state["budget_fixed"])
+    started, measured_from = time.perf_counter() - state["elapsed"], None
+    generator, row_rng, self_conditioning_rng = rngs["generator"], rngs["row"], rngs["self_conditioning"]
     model.train()
     while step < total:
-        if settings.time_budget_s and step == _MEASURE_FROM:
-            measured_from = time.perf_counter()
-        if settings.time_budget_s and step == _MEASURE_TO:
-            per_step = (time.perf_counter() - measured_from) / (_MEASURE_TO - _MEASURE_FROM)
-            remaining = settings.time_budget_s - (time.perf_counter() - started)
-            total = min(settings.steps, max(step + 1, step + int(remaining / per_step)))
+        if settings.time_budget_s and not budget_fixed:
+            if measured_from is None and step >= _MEASURE_FROM:
+                measured_from = (time.perf_counter(), step)
+            elif measured_from is not None and step - measured_from[1] >= _MEASURE_TO - _MEASURE_FROM:
+                per_step = (time.perf_counter() - measured_from[0]) / (step - measured_from[1])
+                remaining = settings.time_budget_s - (time.perf_counter() - started)
+                total = min(settings.steps, max(step + 1, step + int(remaining / per_step)))
+                budget_fixed = True
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(settings, step, total)
         metrics: dict = {}
@@ -159,5 +206,16 @@ def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_lengt
             if progress is not None:
                 progress(entry)
         step += 1
+        pause = stop is not None and step < total and stop(step)
+        if checkpoint is not None and (pause or step % settings.checkpoint_every == 0):
+            _save_checkpoint(checkpoint, model, optimizer, {
+                "history": history, "tokens": tokens, "total": total, "step": step, "skipped": skipped,
+                "elapsed": time.perf_counter() - started, "budget_fixed": budget_fixed}, rngs)
+        if pause:
+            raise TrainingPaused(step, total)
+    if checkpoint is not None:  # a rerun of a finished run restores its end instead of training again
+        _save_checkpoint(checkpoint, model, optimizer, {
+            "history": history, "tokens": tokens, "total": total, "step": step, "skipped": skipped,
+            "elapsed": time.perf_counter() - started, "budget_fixed": budget_fixed}, rngs)
     model.eval()
     return history

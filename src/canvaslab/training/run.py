@@ -48,7 +48,11 @@ class RunSpec:
     text_overrides: tuple = ()
     canvas_length: int = 128
     kinds: tuple[str, ...] = ("diffusion", "causal")
-    compile_layers: bool = False  # torch.compile each transformer layer (loop.compile_layers)
+    compile_layers: str = ""  # "layers" or "leaves": what loop.compile_layers puts under torch.compile
+    # Resumable training: each model's state is checkpointed in this folder, and a rerun with the same
+    # spec goes on from there; past ``stop_at`` (time.monotonic()) training pauses (TrainingPaused).
+    checkpoint_dir: Path | None = None
+    stop_at: float | None = None
 
 
 # Weight files stay under 16 MiB: they travel back from GPU machines with a per-file limit, and the
@@ -88,10 +92,12 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
         if spec.device.startswith("cuda"):
             use_autocast_experts(model)
         if spec.compile_layers:
-            log(f"{kind}: {compile_layers(model)} layers compiled")
+            log(f"{kind}: {compile_layers(model, spec.compile_layers)} modules compiled ({spec.compile_layers})")
         started = time.perf_counter()
         history = train(model, pool, settings, kind, canvas_length=spec.canvas_length,
-                        progress=lambda e, k=kind: (log(f"{k} {e}"), on_entry and on_entry(k, e)))
+                        progress=lambda e, k=kind: (log(f"{k} {e}"), on_entry and on_entry(k, e)),
+                        checkpoint=spec.checkpoint_dir / f"{kind}.pt" if spec.checkpoint_dir else None,
+                        stop=None if spec.stop_at is None else lambda step: time.monotonic() > spec.stop_at)
         # The sibling gets the same budget: the steps (hence examples, in the same order) the diffusion
         # model ran, whatever its time budget made of them.
         settings = replace(settings, steps=history[-1]["step"] + 1, time_budget_s=0.0)
