@@ -163,6 +163,11 @@ def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_lengt
         state["history"], state["tokens"], state["total"], state["step"], state["skipped"], state["budget_fixed"])
     started, measured_from = time.perf_counter() - state["elapsed"], None
     generator, row_rng, self_conditioning_rng = rngs["generator"], rngs["row"], rngs["self_conditioning"]
+
+    def loop_state() -> dict:
+        return {"history": history, "tokens": tokens, "total": total, "step": step, "skipped": skipped,
+                "elapsed": time.perf_counter() - started, "budget_fixed": budget_fixed}
+
     model.train()
     while step < total:
         if settings.time_budget_s and not budget_fixed:
@@ -208,14 +213,10 @@ def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_lengt
         step += 1
         pause = stop is not None and step < total and stop(step)
         if checkpoint is not None and (pause or step % settings.checkpoint_every == 0):
-            _save_checkpoint(checkpoint, model, optimizer, {
-                "history": history, "tokens": tokens, "total": total, "step": step, "skipped": skipped,
-                "elapsed": time.perf_counter() - started, "budget_fixed": budget_fixed}, rngs)
+            _save_checkpoint(checkpoint, model, optimizer, loop_state(), rngs)
         if pause:
             raise TrainingPaused(step, total)
     if checkpoint is not None:  # a rerun of a finished run restores its end instead of training again
-        _save_checkpoint(checkpoint, model, optimizer, {
-            "history": history, "tokens": tokens, "total": total, "step": step, "skipped": skipped,
-            "elapsed": time.perf_counter() - started, "budget_fixed": budget_fixed}, rngs)
+        _save_checkpoint(checkpoint, model, optimizer, loop_state(), rngs)
     model.eval()
     return history
