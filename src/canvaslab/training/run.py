@@ -93,7 +93,6 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
             use_autocast_experts(model)
         if spec.compile_layers:
             log(f"{kind}: {compile_layers(model, spec.compile_layers)} modules compiled ({spec.compile_layers})")
-        started = time.perf_counter()
         history = train(model, pool, settings, kind, canvas_length=spec.canvas_length,
                         progress=lambda e, k=kind: (log(f"{k} {e}"), on_entry and on_entry(k, e)),
                         checkpoint=spec.checkpoint_dir / f"{kind}.pt" if spec.checkpoint_dir else None,
@@ -110,7 +109,8 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
             on_saved(spec.out / name)
         report[name] = {"parameters": sum(p.numel() for p in model.parameters()), "history": history,
                         "steps": history[-1]["step"] + 1,
-                        "train_seconds": round(time.perf_counter() - started, 1)}
+                        # the loop's own clock: it carries on across a paused and resumed run
+                        "train_seconds": round(history[-1]["seconds"], 1)}
     report["environment"] = environment_fingerprint(device=torch.device(spec.device))
     write_json_atomic(spec.out / "training.json", report)
     return report
