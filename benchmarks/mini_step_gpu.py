@@ -8,7 +8,7 @@ past the warm-up), then one profiled stretch at the first batch size: summed CUD
 time (a GPU busy far less than the wall clock means the step is bound by the host), and the top kernels
 and host ops; then the same steps with other implementations of the model's parts (``--variants``:
 ``eager_attention``, ``batched_mm`` experts, ``compiled_layers`` / ``compiled_leaves`` =
-``canvaslab.training.loop.compile_layers``), each at the first batch size, while ``--seconds`` last.
+``canvaslab.training.loop.compile_parts``), each at the first batch size, while ``--seconds`` last.
 
     python benchmarks/mini_step_gpu.py --passages prose.txt --out DIR [--batch-sizes 512,1024,2048]
         [--steps 40] [--from 15] [--device cuda] [--variants compiled_leaves,...] [--seconds 400]
@@ -29,7 +29,7 @@ from transformers import DiffusionGemmaForBlockDiffusion
 from canvaslab.environment import environment_fingerprint
 from canvaslab.models.mini import load_mini_tokenizer, mini_config
 from canvaslab.training.batches import Pool, generate_texts
-from canvaslab.training.loop import TrainSettings, compile_layers, train
+from canvaslab.training.loop import TrainSettings, compile_parts, train
 from canvaslab.training.objective import use_autocast_experts
 
 
@@ -45,7 +45,7 @@ def apply_variant(model, variant: str) -> None:
     elif variant == "batched_mm":
         model.set_experts_implementation("batched_mm")
     elif variant in ("compiled_layers", "compiled_leaves"):
-        compile_layers(model, variant.split("_")[1])
+        compile_parts(model, variant.split("_")[1])
     else:
         raise SystemExit(f"unknown variant {variant!r}")
 

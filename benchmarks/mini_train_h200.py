@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--steps-file", type=Path, help="write the step count the time budget fixed here")
     parser.add_argument("--steps-from", type=Path, help="train for the step count written there")
     parser.add_argument("--compile", default="", choices=("", "layers", "leaves"),
-                        help="what to put under torch.compile (canvaslab.training.loop.compile_layers)")
+                        help="what to put under torch.compile (canvaslab.training.loop.compile_parts)")
     parser.add_argument("--checkpoint-dir", type=Path, help="resumable: rerunning the same command goes on from here")
     parser.add_argument("--stop-after", type=float, help="seconds: pause training (checkpointed) after this long")
     parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
@@ -90,7 +90,7 @@ def main() -> None:
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
                              warmup_steps=min(args.warmup, args.steps // 10 + 1), time_budget_s=args.time_budget)
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
-                   kinds=tuple(args.kinds.split(",")), compile_layers=args.compile,
+                   kinds=tuple(args.kinds.split(",")), compile_parts=args.compile,
                    checkpoint_dir=args.checkpoint_dir,
                    stop_at=None if args.stop_after is None else time.monotonic() + args.stop_after, **(TINY if args.tiny else {}))
     try:

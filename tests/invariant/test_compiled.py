@@ -84,12 +84,13 @@ def test_inductor_compiled_ops_are_close_to_eager_invariant_mode_on_the_cpu():
 
 
 def _bf16_chain(x, w, r):
+    # only IEEE-rounded operations (no transcendental whose vector code could differ between CPUs)
     h = x * w + r
-    return torch.tanh(h / 3.0) * 3.0 * w + h * h
+    return (h / 3.0) * 3.0 * w + h * h
 
 
 def test_inductors_elementwise_code_rounds_to_bf16_where_eager_does():
-    """Without ``emulate_precision_casts`` Inductor keeps float32 between fused bf16 ops (0.25 apart here);
+    """Without ``emulate_precision_casts`` Inductor keeps float32 between fused bf16 ops (0.25 apart here, checked);
     on the H200 that moved the compiled path's first pass by up to 3.6 from the eager one."""
     g = torch.Generator().manual_seed(0)
     x, w, r = (torch.randn(7, 300, generator=g).to(torch.bfloat16) for _ in range(3))

@@ -181,16 +181,16 @@ def test_order_study_on_a_trained_checkpoint_with_its_sibling_as_baseline(traine
     assert "factual" in metrics["baseline"]["regimes"]
 
 
-def test_compile_layers_picks_the_layers_or_the_shared_leaves():
+def test_compile_parts_picks_the_layers_or_the_shared_leaves():
     from canvaslab.models import anatomy
-    from canvaslab.training.loop import compile_layers
+    from canvaslab.training.loop import compile_parts
 
     model = DiffusionGemmaForBlockDiffusion(mini_config(32, **dict(TOY)))
-    compile_layers(model, "layers")
+    compile_parts(model, "layers")
     layers = anatomy.encoder_layers(model) + anatomy.decoder_layers(model)
     assert len(layers) == 4 and all(layer._compiled_call_impl is not None for layer in layers)
     model = DiffusionGemmaForBlockDiffusion(mini_config(32, **dict(TOY)))
-    compile_layers(model, "leaves")
+    compile_parts(model, "leaves")
     layers = anatomy.encoder_layers(model) + anatomy.decoder_layers(model)
     assert not any(layer._compiled_call_impl is not None for layer in layers)
     assert all(layer.mlp._compiled_call_impl is not None and layer.input_layernorm._compiled_call_impl is not None
@@ -199,16 +199,16 @@ def test_compile_layers_picks_the_layers_or_the_shared_leaves():
 
 @pytest.mark.slow
 def test_compiled_leaves_train_like_eager_ones():
-    """compile_layers changes the speed, not the math: the same step's loss and gradients, compiled or not."""
+    """compile_parts changes the speed, not the math: the same step's loss and gradients, compiled or not."""
     from torch._dynamo.utils import counters
 
-    from canvaslab.training.loop import compile_layers
+    from canvaslab.training.loop import compile_parts
 
     def step(compiled: bool):
         torch.manual_seed(0)
         model = DiffusionGemmaForBlockDiffusion(mini_config(32, **dict(TOY))).train()
         if compiled:
-            compile_layers(model, "leaves")
+            compile_parts(model, "leaves")
         batch = DiffusionBatch(torch.randint(1, 500, (3, 16)), torch.ones(3, 16, dtype=torch.bool),
                                torch.randint(1, 500, (3, 32)))
         loss = diffusion_loss(model, batch, NoiseSchedule(), torch.Generator().manual_seed(1), None, True)

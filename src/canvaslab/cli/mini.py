@@ -69,7 +69,7 @@ def train(
     resolve_device(device)
     settings = TrainSettings(steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
                              warmup_steps=min(100, steps // 10 + 1))
-    train_models(RunSpec(out, passages_file, settings, device=device, compile_layers=compile_parts), log=typer.echo)
+    train_models(RunSpec(out, passages_file, settings, device=device, compile_parts=compile_parts), log=typer.echo)
     if eval_per_task:
         evaluate_models(out, passages_file, eval_per_task, device, seed=seed, log=typer.echo)
     typer.echo(f"wrote {write_card(out)}")

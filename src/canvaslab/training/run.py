@@ -22,7 +22,7 @@ from canvaslab.environment import environment_fingerprint
 from canvaslab.io import write_json_atomic
 from canvaslab.models.mini import MINI_EOS_IDS, ar_sibling_config, load_mini_tokenizer, mini_config
 from canvaslab.training.batches import Pool, generate_texts
-from canvaslab.training.loop import TrainSettings, compile_layers, train
+from canvaslab.training.loop import TrainSettings, compile_parts, train
 from canvaslab.training.objective import restore_experts, use_autocast_experts
 
 # Sampler defaults shipped with `mini` (generation_config.json): the real model's, a 48-pass budget,
@@ -48,7 +48,7 @@ class RunSpec:
     text_overrides: tuple = ()
     canvas_length: int = 128
     kinds: tuple[str, ...] = ("diffusion", "causal")
-    compile_layers: str = ""  # "layers" or "leaves": what loop.compile_layers puts under torch.compile
+    compile_parts: str = ""  # "", "layers" or "leaves": what loop.compile_parts puts under torch.compile
     # Resumable training: each model's state is checkpointed in this folder, and a rerun with the same
     # spec goes on from there; past ``stop_at`` (time.monotonic()) training pauses (TrainingPaused).
     checkpoint_dir: Path | None = None
@@ -91,8 +91,8 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
         model.to(spec.device)
         if spec.device.startswith("cuda"):
             use_autocast_experts(model)
-        if spec.compile_layers:
-            log(f"{kind}: {compile_layers(model, spec.compile_layers)} modules compiled ({spec.compile_layers})")
+        if spec.compile_parts:
+            log(f"{kind}: {compile_parts(model, spec.compile_parts)} modules compiled ({spec.compile_parts})")
         history = train(model, pool, settings, kind, canvas_length=spec.canvas_length,
                         progress=lambda e, k=kind: (log(f"{k} {e}"), on_entry and on_entry(k, e)),
                         checkpoint=spec.checkpoint_dir / f"{kind}.pt" if spec.checkpoint_dir else None,
