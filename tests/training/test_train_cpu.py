@@ -16,7 +16,7 @@ from transformers import DiffusionGemmaForBlockDiffusion, Gemma4ForCausalLM
 from canvaslab.cli.main import app
 from canvaslab.generation import generate
 from canvaslab.models import load_model
-from canvaslab.models.mini import MINI_EOS_IDS, mini_config
+from canvaslab.models.mini import MINI_EOS_IDS, ar_sibling_config, mini_config
 from canvaslab.studies.commit_order.baseline import load_causal_lm
 from canvaslab.studies.commit_order.prompting import encode_prompt
 from canvaslab.training.card import write_card
@@ -195,6 +195,16 @@ def test_compile_parts_picks_the_layers_or_the_shared_leaves():
     assert not any(layer._compiled_call_impl is not None for layer in layers)
     assert all(layer.mlp._compiled_call_impl is not None and layer.input_layernorm._compiled_call_impl is not None
                for layer in layers)
+
+
+def test_compile_parts_finds_the_autoregressive_siblings_leaves_too():
+    from canvaslab.training.loop import compile_parts
+
+    sibling = Gemma4ForCausalLM(ar_sibling_config(**dict(TOY)))
+    compile_parts(sibling, "leaves")
+    layers = sibling.model.layers
+    assert all(layer.mlp._compiled_call_impl is not None and layer.router._compiled_call_impl is not None
+               and layer.input_layernorm._compiled_call_impl is not None for layer in layers)
 
 
 @pytest.mark.slow

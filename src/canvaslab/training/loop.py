@@ -77,6 +77,7 @@ def compile_parts(model, parts: str = "layers") -> int:
       a few graphs: ~0.21 s per step on an H200 after ~1.5 minutes of compiling.
     """
     from transformers.modeling_layers import GradientCheckpointingLayer
+    from transformers.models.gemma4 import modeling_gemma4 as gemma4
 
     from canvaslab.models import anatomy
 
@@ -84,7 +85,9 @@ def compile_parts(model, parts: str = "layers") -> int:
         # transformers' decoder layers (the sibling's, DiffusionGemma's decoder) and DiffusionGemma's
         # encoder layers, which are plain modules
         "layers": (GradientCheckpointingLayer, anatomy.ENCODER_LAYER_CLASS),
-        "leaves": (anatomy.RMS_NORM_CLASS, anatomy.DENSE_MLP_CLASS, anatomy.ROUTER_CLASS),
+        # DiffusionGemma's and the autoregressive sibling's (Gemma 4's own classes)
+        "leaves": (anatomy.RMS_NORM_CLASS, anatomy.DENSE_MLP_CLASS, anatomy.ROUTER_CLASS,
+                   gemma4.Gemma4RMSNorm, gemma4.Gemma4TextMLP, gemma4.Gemma4TextRouter),
     }[parts]
     # the parts share one forward's code in several shapes (sliding and global attention, the prompt
     # width varies from step to step): more cached graphs than Dynamo allows by default

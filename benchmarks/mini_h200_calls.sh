@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Train `mini` and its AR sibling on one GPU across several device calls, then evaluate both and run the
+# studies on them. The same command each call, on a machine kept warm between calls: STATE keeps the
+# training checkpoints, Inductor's cache and every finished result, so each call goes on where the last
+# stopped (a cold machine starts over). Stages:
+#   1. the diffusion model trains (compiled leaves, --time-budget fixes its steps and writes STATE/steps.txt),
+#      resumable, then is evaluated on the non-code tasks and shipped as the preset `mini`;
+#   2. the sibling trains on the same examples for the same steps, on the same GPU at the same time,
+#      then is evaluated and shipped as `mini-ar`;
+#   3. the default (2,304-condition) noise study on `mini` (NOISE_PROCS processes on one store) and the
+#      commit-order study (mini probe suite, sibling as baseline; code needs bubblewrap, which the GPU
+#      machine lacks) run in what time is left; both resume from their stores.
+# Before DEADLINE_S every stage stops (training at a checkpoint) and PACK receives the finished models'
+# weight shards and results.tgz (everything else but checkpoints, caches and the order study's raw records).
+#
+#   bash benchmarks/mini_h200_calls.sh STATE PASSAGES PACK DEADLINE_S [TIME_BUDGET_S] [TOKEN_COUNTS]
+# Environment: DEVICE (cuda), BATCH (512), EXAMPLES (600000), LR (7e-4), STEPS (most steps, 20000),
+# COMPILE (leaves), NOISE_PROCS (3), ORDER_ARGS (--seeds 5 --prompts-per-regime 20), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
+set -u
+state=$1 passages=$2 pack=$3 deadline=$4 budget=${5:-700} counts=${6:+--token-counts $6}
+here=$(cd "$(dirname "$0")" && pwd)
+start=$SECONDS
+left() { local s=$(( deadline - (SECONDS - start) )); echo $(( s > 1 ? s : 1 )); }
+device=${DEVICE:-cuda} tiny=${TINY:+--tiny}
+mkdir -p "$state/bin" "$state/ckpt" "$pack"
+export TORCHINDUCTOR_CACHE_DIR=$state/inductor
+printf '#!/bin/sh\nexec python -c "from canvaslab.cli.main import main; main()" "$@"\n' > "$state/bin/canvaslab"
+chmod +x "$state/bin/canvaslab"
+export PATH="$state/bin:$PATH"
+assets=$(python -c 'from canvaslab.models.mini import packaged_folder; print(packaged_folder("mini").parent)')
+ship() { rm -f "$assets/$2"/model*.safetensors* && cp "$1"/* "$assets/$2/"; }
+stage_log() { echo "[$(( SECONDS - start )) s] $*" | tee -a "$state/calls.log"; }
+stage_log "call starts, deadline $deadline s"
+# training stops this long before the deadline: checkpoint, evaluation and packing fit in it
+stop_after=$(( deadline - 60 ))
+train() {  # train KIND OUT_FOLDER EVAL_MODEL EXTRA...
+  local kind=$1 out=$2 model=$3; shift 3
+  timeout "$(( deadline - 30 ))" python "$here/mini_train_h200.py" --out "$out" --kinds "$kind" --eval-models "$model" \
+      --eval-tasks add2,add3,word,fact,json,prose --passages "$passages" --batch-size "${BATCH:-512}" \
+      --lr "${LR:-7e-4}" --examples "${EXAMPLES:-600000}" --steps "${STEPS:-20000}" --device "$device" \
+      --compile "${COMPILE:-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny "$@"
+}
+if [ ! -f "$state/d/training.json" ]; then
+  train diffusion "$state/d" diffusion --time-budget "$budget" --steps-file "$state/steps.txt" \
+      >> "$state/train_diffusion.log" 2>&1 &
+fi
+if [ ! -f "$state/a/training.json" ]; then
+  train causal "$state/a" autoregressive --steps-from "$state/steps.txt" >> "$state/train_autoregressive.log" 2>&1 &
+fi
+studies() {
+  if [ -f "$state/d/training.json" ] && [ ! -f "$state/shipped-mini" ]; then
+    ship "$state/d/diffusion" mini && touch "$state/shipped-mini" && stage_log "mini shipped"
+  fi
+  if [ -f "$state/a/training.json" ] && [ ! -f "$state/shipped-mini-ar" ]; then
+    ship "$state/a/autoregressive" mini-ar && touch "$state/shipped-mini-ar" && stage_log "mini-ar shipped"
+  fi
+  if [ -f "$state/shipped-mini" ] && [ ! -f "$state/noise_study/plan.json" ]; then
+    # shellcheck disable=SC2086
+    canvaslab noise-study plan --model mini --out "$state/noise_study" $counts >> "$state/noise_study.log" 2>&1
+  fi
+  if [ -f "$state/noise_study/plan.json" ] && [ -z "${noise_started:-}" ]; then
+    noise_started=1 && stage_log "noise study runs"
+    for _ in $(seq "${NOISE_PROCS:-3}"); do
+      timeout "$(( $(left) - 40 ))" canvaslab noise-study run "$state/noise_study" --device "$device" \
+          >> "$state/noise_study.log" 2>&1 &
+    done
+  fi
+  if [ -f "$state/shipped-mini" ] && [ -f "$state/shipped-mini-ar" ] && [ -z "${order_started:-}" ]; then
+    order_started=1 && stage_log "order study runs"
+    # shellcheck disable=SC2086
+    timeout "$(( $(left) - 40 ))" canvaslab order-study --model mini --suite mini --device "$device" \
+        --regimes math,factual,json,open_ended --baseline mini --out "$state/order_study" ${ORDER_ARGS:---seeds 5 --prompts-per-regime 20} \
+        >> "$state/order_study.log" 2>&1 &
+  fi
+}
+# the studies start as soon as their models exist; everything stops 40 s before the deadline
+while [ "$(left)" -gt 40 ]; do
+  studies
+  if [ -n "${noise_started:-}" ] && [ -n "${order_started:-}" ] && ! jobs -r | grep -q .; then break; fi
+  sleep 3
+done
+wait
+stage_log "stages stopped"
+ls "$state/d" "$state/a" >> "$state/calls.log" 2>&1
+for model in d/diffusion a/autoregressive; do
+  [ -d "$state/$model" ] && mkdir -p "$pack/${model#*/}" && cp "$state/$model"/model*.safetensors "$pack/${model#*/}/"
+done
+nvidia-smi --query-gpu=name,driver_version --format=csv > "$state/gpu.txt" 2>&1
+tar -czf "$pack/results.tgz" --exclude='model*.safetensors' --exclude='./ckpt' --exclude='./inductor' \
+    --exclude='./bin' --exclude='./order_study/store/records' -C "$state" .
+stage_log "packed"
+ls -la "$pack" "$pack"/*
