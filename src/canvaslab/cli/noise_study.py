@@ -100,3 +100,24 @@ def run_command(
                   f"{len(outcome['failed'])} failed", highlight=False)
     if outcome["failed"]:
         raise typer.Exit(1)
+
+
+@noise_app.command("report")
+def report_command(
+    directory: Annotated[Path, typer.Argument(help="a folder `noise-study run` has run in (finished or not)",
+                                              callback=options.existing_writable_folder)],
+) -> None:
+    """Analyse the conditions stored so far, running nothing: writes noise_study.json, prints the effects."""
+    from rich.console import Console
+
+    from canvaslab.reports.noise_study import noise_study_table
+    from canvaslab.studies.unused_tokens.noise_study import REPORT_FILE, report_noise_study
+
+    report = report_noise_study(directory)
+    console = Console()
+    console.print(noise_study_table(report), crop=False)
+    console.print(f"wrote {directory / REPORT_FILE}", highlight=False)
+    if not report["complete"]:
+        console.print(f"{report['conditions_run']} of {report['conditions_total']} conditions stored: an interim "
+                      "look, the plan's decision rule is for the whole design (`noise-study run` resumes it)",
+                      highlight=False)

@@ -15,7 +15,7 @@ from engine_fakes import Squares
 
 import canvaslab
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.engine import run_study
+from canvaslab.studies.engine import run_study, write_stored_views
 from canvaslab.studies.engine.plan import check_registered, first_difference
 from canvaslab.studies.engine.store import Store
 
@@ -160,7 +160,7 @@ DRIVER = """
 import json, os, sys, time
 from pathlib import Path
 from engine_fakes import Squares
-from canvaslab.studies.engine import run_study
+from canvaslab.studies.engine import run_study, write_stored_views
 ready = Path(sys.argv[3] + ".ready")
 with open(ready, "a") as handle:  # start together: both must be running before either begins
     handle.write("x")
@@ -224,3 +224,19 @@ def test_export_refuses_a_missing_folder_and_a_non_parquet_name(tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2 and said in err and len(err.splitlines()) == 1
     assert not (tmp_path / "table.csv").exists()
+
+
+def test_stored_views_are_written_from_the_store_alone_and_only_for_its_plan(tmp_path):
+    log = tmp_path / "runs.log"
+    folder = tmp_path / "study"
+    interrupted, _ = run_study(Squares(n=3, log=str(log)), folder, limit=2)  # two units stored, one pending
+    (folder / "squares.json").unlink()
+    views = write_stored_views(Squares(n=3, log=str(log)), folder)
+    assert views == interrupted == {"units": ["u/0", "u/1"], "sum": 1}
+    assert json.loads((folder / "squares.json").read_text()) == views
+    assert _runs(log) == ["u/0", "u/1"]  # nothing ran
+    for other in (Squares(n=4), Squares(n=3, group_size=2)):
+        with pytest.raises(CanvaslabError, match="no stored results of this plan"):
+            write_stored_views(other, folder)
+    with pytest.raises(CanvaslabError, match="no stored results"):
+        write_stored_views(Squares(n=3), tmp_path / "empty")

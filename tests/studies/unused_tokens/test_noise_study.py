@@ -24,7 +24,8 @@ from canvaslab.studies.unused_tokens.batch_safeguard import FIELDS, differing_fi
 from canvaslab.studies.unused_tokens.conditions import base_noise, enumerate_conditions, region
 from canvaslab.studies.unused_tokens.model_facts import read_model_facts
 from canvaslab.studies.engine.store import Store
-from canvaslab.studies.unused_tokens.noise_study import OLD_RESULTS_FILE, REPORT_FILE, run_noise_study
+from canvaslab.studies.unused_tokens.noise_study import (OLD_RESULTS_FILE, REPORT_FILE, report_noise_study,
+                                                        run_noise_study)
 from canvaslab.studies.unused_tokens.plan import (
     HASH_FILE,
     PLAN_FILE,
@@ -421,3 +422,34 @@ def test_cli_plans_runs_and_refuses_to_replace_a_plan_with_results(tmp_path, cap
         main(["noise-study", "plan", "--model", "tiny", "--out", str(out), "--design", "small"])
     assert exit_info.value.code == 2 and "never replaced" in capsys.readouterr().err
     assert (out / HASH_FILE).read_text().split()[0] == digest
+
+
+def test_report_of_a_finished_folder_is_what_the_run_wrote(uninterrupted, tmp_path):
+    directory = Path(shutil.copytree(uninterrupted, tmp_path / "copy"))
+    (directory / REPORT_FILE).unlink()
+    report = report_noise_study(directory)
+    assert report["complete"] is True
+    assert (directory / REPORT_FILE).read_bytes() == (uninterrupted / REPORT_FILE).read_bytes()
+
+
+def test_report_of_a_study_cut_short_analyses_the_stored_conditions_only(tiny, uninterrupted, tmp_path):
+    """An interim look: the stored conditions, analysed as a run that stopped there would report them."""
+    directory = Path(shutil.copytree(uninterrupted, tmp_path / "cut"))
+    records = sorted((directory / "store" / "records").glob("*.json"))
+    for record in records[4:]:
+        record.unlink()
+    (directory / REPORT_FILE).unlink()
+    report = report_noise_study(directory)
+    assert report["complete"] is False and report["conditions_run"] == 4
+    assert report["safeguard"]["compared"] == 4
+    interim = (directory / REPORT_FILE).read_bytes()
+    run_noise_study(directory, tiny, batch_size=4)  # resumes the other conditions, then reports them all
+    assert (directory / REPORT_FILE).read_bytes() == (uninterrupted / REPORT_FILE).read_bytes() != interim
+
+
+def test_report_refuses_a_folder_where_nothing_ran(tmp_path, capsys):
+    _register(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["noise-study", "report", str(tmp_path)])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "nothing has run" in error and "Traceback" not in error

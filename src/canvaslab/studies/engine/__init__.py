@@ -17,11 +17,11 @@ from typing import Any
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.studies.engine.executors import EXECUTORS, Outcome, Progress, run_local, run_ray
-from canvaslab.studies.engine.plan import register, start_fresh
+from canvaslab.studies.engine.plan import frozen, register, registered_plan, sha256_of, start_fresh
 from canvaslab.studies.engine.store import Store
 from canvaslab.studies.engine.study import Study
 
-__all__ = ["EXECUTORS", "Outcome", "Study", "run_study"]
+__all__ = ["EXECUTORS", "Outcome", "Study", "run_study", "write_stored_views"]
 
 
 def run_study(study: Study, folder: str | Path | None, *, executor: str = "local", retries: int = 0,
@@ -46,7 +46,20 @@ def run_study(study: Study, folder: str | Path | None, *, executor: str = "local
                           limit=limit)
     else:
         outcome = run_local(study, store, retries=retries, progress=progress, state=state, limit=limit)
+    return _views(study, folder, store), outcome
+
+
+def write_stored_views(study: Study, folder: str | Path) -> dict[str, Any]:
+    """The views of what ``folder``'s store holds, running nothing (e.g. a study cut short, to read so far):
+    refuses a folder with no registered plan or with another one than ``study``'s."""
+    folder = Path(folder).resolve()
+    registered = registered_plan(folder)
+    if registered is None or registered != frozen(study.name, study.plan()):
+        raise CanvaslabError(f"{folder} holds no stored results of this plan (nothing was run there, or another plan)")
+    return _views(study, folder, Store(folder, sha256_of(registered)))
+
+
+def _views(study: Study, folder: Path, store: Store) -> dict[str, Any]:
     stored = store.stored(study.units())
-    views = study.write_views(folder, {u: s["record"] for u, s in stored.items()},
-                              {u: s["worker"] for u, s in stored.items()})
-    return views, outcome
+    return study.write_views(folder, {u: s["record"] for u, s in stored.items()},
+                             {u: s["worker"] for u, s in stored.items()})

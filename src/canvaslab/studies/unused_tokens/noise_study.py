@@ -40,8 +40,8 @@ from canvaslab.generation import generate
 from canvaslab.invariant import generation_mode, replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import LoadedModel, load_model
-from canvaslab.studies.engine import Study, run_study
-from canvaslab.studies.engine.plan import start_fresh
+from canvaslab.studies.engine import Study, run_study, write_stored_views
+from canvaslab.studies.engine.plan import registered_plan, start_fresh
 from canvaslab.studies.unused_tokens.batch_safeguard import safeguard_entry, summarize_safeguard
 from canvaslab.studies.unused_tokens.conditions import Condition, base_noise, enumerate_conditions
 from canvaslab.studies.unused_tokens.plan import HASH_FILE, PLAN_FILE, NoisePlan, load_plan, plan_deviations
@@ -176,7 +176,7 @@ def _report(plan: NoisePlan, plan_hash: str, records: list[dict], planned: list[
         "conditions_total": len(planned),
         "conditions_run": len(conditions),
         "complete": len(conditions) == len(planned),
-        "execution": execution,
+        "execution": dict(sorted(execution.items())),  # as registered, whoever wrote the report
         "class_means": class_means(conditions, outcomes),
         "effects": effects,
         "conclusion": conclusion(effects, plan.analysis.primary_outcome),
@@ -281,6 +281,20 @@ def run_noise_study(plan_dir: str | Path, loaded: LoadedModel | None = None, *, 
     report = dict(report)
     report["outcome"] = {"ran": outcome.ran, "skipped": outcome.skipped, "failed": outcome.failed}
     return report
+
+
+def report_noise_study(plan_dir: str | Path) -> dict[str, Any]:
+    """Write ``noise_study.json`` from the conditions stored so far, running nothing (``complete`` is false
+    while some are missing: the plan's decision rule is for the whole design)."""
+    plan_dir = Path(plan_dir)
+    plan, plan_hash = load_plan(plan_dir)
+    _refuse_old_results(plan_dir)
+    registered = registered_plan(plan_dir)
+    if registered is None:
+        raise CanvaslabError(f"nothing has run in {plan_dir} yet: `canvaslab noise-study run {plan_dir}` first")
+    execution = registered["plan"]["execution"]
+    study = NoiseStudy(plan_dir, plan, plan_hash, execution, execution["device_type"])
+    return write_stored_views(study, plan_dir)
 
 
 def _dtype_name(plan: NoisePlan, dtype: str) -> str:
