@@ -32,7 +32,8 @@ def noise_study_table(report: dict[str, Any]) -> Table:
     conclusion = report["conclusion"]
     table = Table(title=f"unused-token noise study, plan {report['plan_hash'][:12]}: {report['conditions_run']}/"
                         f"{report['conditions_total']} conditions; unused tokens act as masks? "
-                        f"{conclusion['answer']}")
+                        # the decision rule is for the whole design: a partial run's answer is provisional
+                        f"{conclusion['answer']}{'' if report['complete'] else ' (interim, design incomplete)'}")
     columns = ("comparison", "outcome", "pairs", "mean diff", f"{report['effects'][0]['ci_level']:.0%} CI", "margin",
                "TOST p", "verdict")
     rows = [_row(effect) for effect in report["effects"]]

@@ -19,10 +19,12 @@ from canvaslab.analysis.noise_study import conclusion, noise_study_effects
 from canvaslab.cli.main import main
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
+from canvaslab.reports.noise_study import noise_study_table
 from canvaslab.studies.unused_tokens import noise_study
 from canvaslab.studies.unused_tokens.batch_safeguard import FIELDS, differing_fields
 from canvaslab.studies.unused_tokens.conditions import base_noise, enumerate_conditions, region
 from canvaslab.studies.unused_tokens.model_facts import read_model_facts
+from canvaslab.studies.engine.plan import sha256_of
 from canvaslab.studies.engine.store import Store
 from canvaslab.studies.unused_tokens.noise_study import (OLD_RESULTS_FILE, REPORT_FILE, report_noise_study,
                                                         run_noise_study)
@@ -428,7 +430,7 @@ def test_report_of_a_finished_folder_is_what_the_run_wrote(uninterrupted, tmp_pa
     directory = Path(shutil.copytree(uninterrupted, tmp_path / "copy"))
     (directory / REPORT_FILE).unlink()
     report = report_noise_study(directory)
-    assert report["complete"] is True
+    assert report["complete"] is True and "interim" not in noise_study_table(report).title
     assert (directory / REPORT_FILE).read_bytes() == (uninterrupted / REPORT_FILE).read_bytes()
 
 
@@ -442,6 +444,7 @@ def test_report_of_a_study_cut_short_analyses_the_stored_conditions_only(tiny, u
     report = report_noise_study(directory)
     assert report["complete"] is False and report["conditions_run"] == 4
     assert report["safeguard"]["compared"] == 4
+    assert "interim" in noise_study_table(report).title
     interim = (directory / REPORT_FILE).read_bytes()
     run_noise_study(directory, tiny, batch_size=4)  # resumes the other conditions, then reports them all
     assert (directory / REPORT_FILE).read_bytes() == (uninterrupted / REPORT_FILE).read_bytes() != interim
@@ -453,3 +456,38 @@ def test_report_refuses_a_folder_where_nothing_ran(tmp_path, capsys):
         main(["noise-study", "report", str(tmp_path)])
     error = capsys.readouterr().err
     assert exit_info.value.code == 2 and "nothing has run" in error and "Traceback" not in error
+
+
+def test_report_changes_no_record_a_damaged_one_is_left_in_place_and_not_counted(uninterrupted, tmp_path, capsys):
+    directory = Path(shutil.copytree(uninterrupted, tmp_path / "damaged"))
+    record = sorted((directory / "store" / "records").glob("*.json"))[3]
+    record.write_text("{not json")
+    before = {p: p.read_bytes() for p in (directory / "store").rglob("*") if p.is_file()}
+    report = report_noise_study(directory)
+    assert report["conditions_run"] == 11
+    assert {p: p.read_bytes() for p in (directory / "store").rglob("*") if p.is_file()} == before
+    assert "left as they are and not counted" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["garbage", "edited", "another_study"])
+def test_report_refuses_a_damaged_or_foreign_registered_plan_in_one_line(uninterrupted, tmp_path, capsys, damage):
+    directory = Path(shutil.copytree(uninterrupted, tmp_path / damage))
+    registered = directory / "store" / "plan.json"
+    if damage == "garbage":
+        registered.write_text("{")
+    else:
+        content = json.loads(registered.read_text())
+        if damage == "edited":
+            content["plan"]["execution"]["batch_size"] += 1
+        else:
+            content = {"study": "batch_size", "plan": {"prompts": 3}}
+        registered.write_text(json.dumps(content))
+        if damage == "another_study":  # consistent with its hash: a store of another study
+            digest = sha256_of(content)
+            (directory / "store" / "plan.sha256").write_text(f"{digest}  plan.json\n")
+    records = sorted((directory / "store" / "records").glob("*.json"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["noise-study", "report", str(directory)])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in error and len(error.strip().splitlines()) == 1
+    assert sorted((directory / "store" / "records").glob("*.json")) == records  # nothing set aside

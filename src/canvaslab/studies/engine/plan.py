@@ -138,3 +138,16 @@ def registered_plan(folder: Path) -> dict[str, Any] | None:
     """The registered ``{"study", "plan"}`` of a folder, or None."""
     path = Path(folder) / STORE_DIR / PLAN_FILE
     return read_json(path) if path.exists() else None
+
+
+def registered_plan_checked(folder: Path) -> dict[str, Any] | None:
+    """``registered_plan``, refused (one line) when unreadable or not the text its ``plan.sha256`` names."""
+    store = Path(folder) / STORE_DIR
+    try:
+        registered = registered_plan(folder)
+        digest = (store / HASH_FILE).read_text(encoding="utf-8").split()[0] if registered is not None else None
+    except (OSError, ValueError, IndexError) as error:
+        raise CanvaslabError(f"{store} is damaged: its {PLAN_FILE} or {HASH_FILE} cannot be read ({error})") from None
+    if registered is not None and sha256_of(registered) != digest:
+        raise CanvaslabError(f"{store / PLAN_FILE} is not the plan its {HASH_FILE} names: the store was edited")
+    return registered

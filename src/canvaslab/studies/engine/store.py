@@ -63,10 +63,12 @@ class UnitLock:
 class Store:
     """Finished units of one study (``plan_sha256``) in ``DIR/store``."""
 
-    def __init__(self, folder: str | Path, plan_sha256: str):
+    def __init__(self, folder: str | Path, plan_sha256: str, read_only: bool = False):
         self.root = Path(folder) / STORE_DIR
         self.plan_sha256 = plan_sha256
         self.records_dir, self.failed_dir = self.root / "records", self.root / "failed"
+        # read_only: a damaged record is left where it is (and listed here) instead of being set aside
+        self.read_only, self.passed_over = read_only, []
 
     def _record_path(self, unit: str) -> Path:
         return self.records_dir / _file_name(unit)
@@ -86,6 +88,10 @@ class Store:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
+        except OSError:  # e.g. a folder in its place
+            if not self.read_only:
+                raise
+            text = ""
         try:
             stored = json.loads(text)
             valid = (stored["unit"] == unit and stored["plan_sha256"] == self.plan_sha256
@@ -93,7 +99,7 @@ class Store:
         except (ValueError, KeyError, TypeError):
             valid = False
         if not valid:
-            self._set_aside(path)
+            self.passed_over.append(path) if self.read_only else self._set_aside(path)
             return None
         return stored
 

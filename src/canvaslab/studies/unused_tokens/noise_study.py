@@ -41,7 +41,7 @@ from canvaslab.invariant import generation_mode, replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import LoadedModel, load_model
 from canvaslab.studies.engine import Study, run_study, write_stored_views
-from canvaslab.studies.engine.plan import registered_plan, start_fresh
+from canvaslab.studies.engine.plan import registered_plan_checked, start_fresh
 from canvaslab.studies.unused_tokens.batch_safeguard import safeguard_entry, summarize_safeguard
 from canvaslab.studies.unused_tokens.conditions import Condition, base_noise, enumerate_conditions
 from canvaslab.studies.unused_tokens.plan import HASH_FILE, PLAN_FILE, NoisePlan, load_plan, plan_deviations
@@ -289,12 +289,18 @@ def report_noise_study(plan_dir: str | Path) -> dict[str, Any]:
     plan_dir = Path(plan_dir)
     plan, plan_hash = load_plan(plan_dir)
     _refuse_old_results(plan_dir)
-    registered = registered_plan(plan_dir)
+    registered = registered_plan_checked(plan_dir)
     if registered is None:
         raise CanvaslabError(f"nothing has run in {plan_dir} yet: `canvaslab noise-study run {plan_dir}` first")
-    execution = registered["plan"]["execution"]
+    plan_part = registered.get("plan") if isinstance(registered, dict) else None
+    execution = plan_part.get("execution") if isinstance(plan_part, dict) else None
+    if not isinstance(execution, dict) or "device_type" not in execution or registered.get("study") != NoiseStudy.name:
+        raise CanvaslabError(f"{plan_dir} holds the results of another study, not this noise study's")
     study = NoiseStudy(plan_dir, plan, plan_hash, execution, execution["device_type"])
-    return write_stored_views(study, plan_dir)
+    try:
+        return write_stored_views(study, plan_dir)
+    except OSError as error:  # e.g. a folder where noise_study.json or the store's records folder should be
+        raise CanvaslabError(f"cannot read or write in {plan_dir}: {error}") from None
 
 
 def _dtype_name(plan: NoisePlan, dtype: str) -> str:
