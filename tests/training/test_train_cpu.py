@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from transformers import DiffusionGemmaForBlockDiffusion, Gemma4ForCausalLM
 from canvaslab.cli.main import app
 from canvaslab.generation import generate
 from canvaslab.models import load_model
-from canvaslab.models.mini import MINI_EOS_IDS, ar_sibling_config, mini_config
+from canvaslab.models.mini import MINI_EOS_IDS, ar_sibling_config, load_mini_tokenizer, mini_config
 from canvaslab.studies.commit_order.baseline import load_causal_lm
 from canvaslab.studies.commit_order.prompting import encode_prompt
 from canvaslab.training.card import write_card
@@ -324,3 +325,26 @@ def test_training_experts_under_bf16_autocast_match_transformers_row_shuffles():
         results.append([out.detach(), rows.grad, experts.gate_up_proj.grad, experts.down_proj.grad])
     for reference, permuted in zip(*results):
         assert torch.equal(reference, permuted)
+
+
+def test_a_pool_saved_and_loaded_is_the_same_pool(tmp_path):
+    pool = _toy_pool()
+    pool.save(tmp_path / "pool.pt")
+    assert Pool.load(tmp_path / "pool.pt") == pool
+    assert [p.name for p in tmp_path.iterdir()] == ["pool.pt"]  # no partial file left behind
+
+
+def test_a_resumable_run_keeps_its_pool_beside_the_checkpoints_and_reloads_it(tmp_path, monkeypatch):
+    from canvaslab.training import run
+
+    settings = TrainSettings(steps=2, batch_size=4, learning_rate=1e-3, warmup_steps=1)
+    spec = RunSpec(tmp_path / "out", None, settings, device="cpu", examples=40, text_overrides=TOY,
+                   canvas_length=32, kinds=("causal",), checkpoint_dir=tmp_path / "checkpoints")
+    first = run._example_pool(spec, load_mini_tokenizer())
+    (cached,) = (tmp_path / "checkpoints").glob("pool-*.pt")
+    monkeypatch.setattr(run, "generate_texts", lambda *args, **kwargs: pytest.fail("generated again"))
+    assert run._example_pool(spec, load_mini_tokenizer()) == first
+    other = replace(spec, examples=41)  # other examples: another file, never the cached one
+    monkeypatch.undo()
+    assert len(run._example_pool(other, load_mini_tokenizer())) == 41
+    assert len(list((tmp_path / "checkpoints").glob("pool-*.pt"))) == 2

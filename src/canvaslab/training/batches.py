@@ -6,6 +6,7 @@ million examples take seconds on a many-core machine and are the same for any nu
 
 from __future__ import annotations
 
+import os
 import random
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -50,6 +51,22 @@ class Pool:
         prompts = tokenizer([p for _, p, _ in rows], add_special_tokens=False)["input_ids"]
         answers = tokenizer([a for _, _, a in rows], add_special_tokens=False)["input_ids"]
         return cls(tasks, prompts, [a[:max_answer_tokens] for a in answers])
+
+    def save(self, path: Path) -> None:
+        """Write the pool to one file, atomically (a resumed run reloads it instead of generating it again)."""
+        def flat(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+            return torch.tensor([t for row in rows for t in row], dtype=torch.int32), torch.tensor(list(map(len, rows)))
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        torch.save({"tasks": self.tasks, "prompts": flat(self.prompts), "answers": flat(self.answers)}, partial)
+        os.replace(partial, path)
+
+    @classmethod
+    def load(cls, path: Path) -> "Pool":
+        data = torch.load(path, weights_only=True)
+
+        def rows(flat: tuple[torch.Tensor, torch.Tensor]) -> list[list[int]]:
+            return [part.tolist() for part in flat[0].split(flat[1].tolist())]
+        return cls(data["tasks"], rows(data["prompts"]), rows(data["answers"]))
 
     def __len__(self) -> int:
         return len(self.prompts)

@@ -7,6 +7,8 @@ load them), ``OUT/loss.png``, ``OUT/quality.json`` and ``OUT/MODEL_CARD.md``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import time
@@ -66,16 +68,35 @@ def _save(model, tokenizer, generation_config, folder: Path) -> None:
     generation_config.save_pretrained(folder)
 
 
+def _example_pool(spec: RunSpec, tokenizer) -> Pool:
+    """The run's examples; a resumable run (``checkpoint_dir``) keeps them beside its checkpoints, named by
+    what they are made from, so a later call (or the sibling's process) loads them instead of generating."""
+    count = spec.examples or spec.settings.steps * spec.settings.batch_size
+    made_from = {"count": count, "seed": spec.settings.seed, "max_answer_tokens": 2 * spec.canvas_length,
+                 "vocabulary": len(tokenizer),
+                 "passages": hashlib.sha256(spec.passages.read_bytes()).hexdigest() if spec.passages else None}
+    cached = None
+    if spec.checkpoint_dir is not None:
+        key = hashlib.sha256(json.dumps(made_from, sort_keys=True).encode()).hexdigest()[:16]
+        cached = spec.checkpoint_dir / f"pool-{key}.pt"
+        if cached.exists():
+            return Pool.load(cached)
+    rows = generate_texts(spec.passages, count, spec.settings.seed, workers=min(16, os.cpu_count() or 1))
+    pool = Pool.build(tokenizer, rows, max_answer_tokens=made_from["max_answer_tokens"])
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        pool.save(cached)
+    return pool
+
+
 def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict:
     """Train both models on the same pool; save them; return what the model card needs.
 
     ``on_entry(kind, entry)`` sees every logged history entry (e.g. to pass the step count a time budget
     fixed to a sibling trained at the same time on another device)."""
     tokenizer = load_mini_tokenizer()
-    count = spec.examples or spec.settings.steps * spec.settings.batch_size
     started = time.perf_counter()
-    rows = generate_texts(spec.passages, count, spec.settings.seed, workers=min(16, os.cpu_count() or 1))
-    pool = Pool.build(tokenizer, rows, max_answer_tokens=2 * spec.canvas_length)
+    pool = _example_pool(spec, tokenizer)
     log(f"pool: {len(pool)} examples, {pool.tokens()} tokens, {time.perf_counter() - started:.1f} s")
     text = dict(spec.text_overrides)
     report = {"pool_examples": len(pool), "pool_tokens": pool.tokens(), "settings": spec.settings.as_dict(),
