@@ -491,3 +491,21 @@ def test_report_refuses_a_damaged_or_foreign_registered_plan_in_one_line(uninter
     error = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in error and len(error.strip().splitlines()) == 1
     assert sorted((directory / "store" / "records").glob("*.json")) == records  # nothing set aside
+
+
+@pytest.mark.parametrize("damage, said", [("sha_missing", "is missing: the plan's registration is gone; restore it"),
+                                          ("sha_empty", "is empty: the plan's registration is gone; restore it"),
+                                          ("plan_a_folder", "plan.json is not a file")])
+def test_a_broken_registration_is_named_as_it_is(tmp_path, capsys, damage, said):
+    _register(tmp_path)
+    if damage == "sha_missing":
+        (tmp_path / HASH_FILE).unlink()
+    elif damage == "sha_empty":
+        (tmp_path / HASH_FILE).write_text("")
+    else:
+        (tmp_path / "plan.json").unlink()
+        (tmp_path / "plan.json").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["noise-study", "report", str(tmp_path)])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and said in " ".join(error.split()) and len(error.strip().splitlines()) == 1

@@ -247,7 +247,8 @@ def save_plan(plan: NoisePlan, directory: str | Path) -> str:
 
 def _read_plan_dict(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise CanvaslabError(f"{path} does not exist: write a plan first with `canvaslab noise-study plan --out DIR`")
+        raise CanvaslabError(f"{path} {'is not a file' if path.exists() else 'does not exist'}: write a plan first "
+                             "with `canvaslab noise-study plan --out DIR`")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -263,10 +264,15 @@ def _read_plan_dict(path: Path) -> dict[str, Any]:
 def recorded_hash(directory: str | Path) -> str:
     """The hash ``plan.sha256`` registered (its first field, ``sha256sum`` format)."""
     path = Path(directory) / HASH_FILE
+    # Where results exist the plan cannot be registered again: the file must come back (the store's own
+    # plan.json names the hash, as registered_plan_sha256).
+    restore = "restore it, or write a new plan in a new folder with `canvaslab noise-study plan`"
     if not path.is_file():
-        raise CanvaslabError(f"{path} is missing: the plan was never registered (`canvaslab noise-study plan`)")
+        raise CanvaslabError(f"{path} is missing: the plan's registration is gone; {restore}")
     fields = path.read_text(encoding="ascii", errors="replace").split()
-    return fields[0] if fields else ""
+    if not fields:
+        raise CanvaslabError(f"{path} is empty: the plan's registration is gone; {restore}")
+    return fields[0]
 
 
 def plan_deviations(plan: NoisePlan) -> list[str]:
