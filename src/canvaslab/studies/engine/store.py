@@ -99,7 +99,10 @@ class Store:
         except (ValueError, KeyError, TypeError):
             valid = False
         if not valid:
-            self.passed_over.append(path) if self.read_only else self._set_aside(path)
+            if self.read_only:
+                self.passed_over.append(path)
+            else:
+                self._set_aside(path)
             return None
         return stored
 
