@@ -135,6 +135,21 @@ def test_anything_but_a_plain_answer_breaks_the_link_and_fails(code, failure):
     assert failure in result.failure
 
 
+@pytest.mark.parametrize("name", ["StopIteration", "StopAsyncIteration"])
+@pytest.mark.parametrize("tests", ["assert all(map(lambda x: probe(x) == 2 * x, range(4)))\n",
+                                   "assert not any(map(lambda x: probe(x) != 2 * x, range(4)))\n",
+                                   "for x, y in zip(range(4), map(probe, range(4))):\n    assert y == 2 * x\n"])
+def test_a_wrong_answer_cannot_end_the_tests_loops_by_raising_stopiteration(name, tests):
+    """Found by a red-team session: re-raised as itself, StopIteration ended map() and all() was vacuously true."""
+    result = _run(f"def probe(x):\n    raise {name}\n", tests)
+    assert not result.passed and "CandidateRaised" in result.failure
+
+
+def test_a_lone_surrogate_in_the_answer_is_a_failed_verdict_not_an_error():
+    result = _run('def probe():\n    return "\ud800"\n', "assert probe() == 1\n")
+    assert not result.passed
+
+
 def test_a_test_that_swallows_every_exception_still_fails_on_a_broken_link():
     result = _run("import os\ndef probe():\n    os._exit(0)\n", "try:\n    probe()\nexcept BaseException:\n    pass\n")
     assert not result.passed and result.failure.startswith("LinkBroken")

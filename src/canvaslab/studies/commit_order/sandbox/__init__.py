@@ -14,7 +14,10 @@ one probe's tests against it in two bubblewrap jails (``jail``), joined by two p
   ``assert f(x) == y`` lines), after the trusted prelude (HumanEval's prompt, whose helpers such as
   ``poly`` the tests use), with the entry point's name bound to a proxy that makes each call a round
   trip to the candidate jail. Values coming back are rebuilt by ``inside.from_plain`` as exact
-  builtin types, so the comparisons the tests make are the builtins' own. Its verdict goes to a
+  builtin types, so the comparisons the tests make are the builtins' own; an exception's name comes back
+  as that built-in exception (a test may expect one), except ``StopIteration`` and ``StopAsyncIteration``,
+  which would quietly end a test's loop over ``map()``: those, like any other name, become
+  ``CandidateRaised``. Its verdict goes to a
   descriptor only this process reads;
 - this process decides: a pass is a verdict of ``passed`` from the tests' jail that exited 0 before
   the time limit, with no broken link (the candidate ended, answered garbage, returned something

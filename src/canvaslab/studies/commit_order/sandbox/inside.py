@@ -190,14 +190,20 @@ class CandidateLink:
         raise LinkBroken(reason)
 
 
+# Exceptions Python itself takes as control flow: a StopIteration raised from a call inside map() or a
+# custom __next__ quietly ends the tests' loop, so `assert all(map(...))` would pass for any answer.
+_CONTROL_FLOW = (StopIteration, StopAsyncIteration)
+
+
 def _exception(name, message):
     """A built-in exception of that name (a test may expect one), else CandidateRaised. Never a
-    BaseException that is not an Exception (SystemExit would end the tests)."""
+    BaseException that is not an Exception (SystemExit would end the tests), nor one the interpreter
+    takes as control flow (``_CONTROL_FLOW``)."""
     import builtins
 
     kind = getattr(builtins, name, None) if name.isidentifier() else None
     text = f"the candidate raised {name}: {message}"
-    if isinstance(kind, type) and issubclass(kind, Exception):
+    if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, _CONTROL_FLOW):
         try:
             return kind(text)
         except Exception:  # noqa: BLE001 - a built-in exception that needs other arguments

@@ -42,7 +42,9 @@ def run_tests(
         code_file, setup_file, candidate_output, tests_output, verdict_file = (
             stack.enter_context(tempfile.TemporaryFile()) for _ in range(5)
         )
-        _fill(code_file, code.encode("utf-8"))
+        # surrogatepass: a lone surrogate (possible in text reloaded from JSON) reaches the jail as the
+        # invalid UTF-8 it is, where compiling fails: a failed verdict, not an error here
+        _fill(code_file, code.encode("utf-8", errors="surrogatepass"))
         _fill(setup_file, json.dumps({"entry_point": entry_point, "tests": tests, "prelude": prelude}).encode())
         candidate, tester = _start_jails(isolation, stack, limits, entry_point, code_file, setup_file,
                                          (candidate_output, tests_output), verdict_file)
