@@ -23,4 +23,5 @@ def report(
     written = build_report(folders, out)
     studies = ", ".join(f"{name} x{count}" for name, count in written.studies.items())
     Console().print(f"wrote {written.html} ({written.size_bytes / 1e6:.2f} MB; {studies}) and "
-                    f"{len(written.figures)} figure files in {written.html.parent / (written.html.stem + '-figures')}")
+                    f"{len(written.figures)} figure files in {written.html.parent / (written.html.stem + '-figures')}",
+                    markup=False, highlight=False)  # folder names are shown as they are

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from canvaslab.reports.names import compact_location, compact_module_path
 
@@ -58,7 +59,7 @@ def batch_study_table(result: dict[str, Any], wide: bool = False) -> Table:
     table.add_column("changed", no_wrap=True)
     for run, origin in zip(result["runs"], origins):
         table.add_row(
-            run["prompt_id"], str(run["batch_size"]), _first_cell(run, wide), *([origin] if show_origin else []),
+            Text(str(run["prompt_id"])), str(run["batch_size"]), _first_cell(run, wide), *([origin] if show_origin else []),
             _pct(run["router_scores_changed_pct"]), _pct(run["final_logits_changed_pct"]),
             *([f"{run['passes_matching']}/{run['passes_total']}"] if wide else []), _changed(run),
         )

@@ -107,3 +107,69 @@ def test_cli_writes_the_page_beside_the_first_folder_by_default(study_folders, c
     main(["report", str(folder)])
     assert (folder / "report.html").is_file() and (folder / "report-figures" / "ops0-op-scan.svg").is_file()
     assert "wrote" in capsys.readouterr().out
+
+
+HOSTILE_ID = "<!--<script>$x^$ a[/x]"  # opens an HTML comment in a script block, math markup, rich markup
+
+
+def _hostile_batch_study(folder, writers):
+    """A batch study whose prompt id and one token's text are hostile (a prompt id is the user's text)."""
+    writers.batch_study(folder)
+    path = folder / "batch_study.json"
+    data = json.loads(path.read_text().replace('"builtin-0"', json.dumps(HOSTILE_ID)))
+    data["canvas_token_text"]["4"] = "<!--<script>"
+    path.write_text(json.dumps(data))
+
+
+def test_no_study_string_can_open_a_comment_or_close_the_data_block(tmp_path, writers):
+    """Found by a red-team session: "<!--<script>" in a prompt id left the page's own script swallowed."""
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    _hostile_batch_study(folder, writers)
+    page = build_report([folder], tmp_path / "report.html").html.read_text(encoding="utf-8")
+    block = page.split('id="canvas-data">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in block and ">" not in block
+    datasets = json.loads(block)
+    assert HOSTILE_ID in json.dumps(datasets, ensure_ascii=False)  # the text itself survives, escaped
+    assert page.count("<script") == 2  # the data block and the page's own script, nothing planted
+
+
+def test_hostile_prompt_ids_are_printed_and_drawn_as_text(tmp_path, writers, capsys):
+    """A "$" is no math markup in the figures and "[/x]" no rich markup in the terminal (both raised)."""
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    _hostile_batch_study(folder, writers)
+    main(["report", str(folder)])
+    assert "wrote" in capsys.readouterr().out
+    from rich.console import Console
+
+    from canvaslab.reports.batch_study import batch_study_table
+
+    console = Console(record=True, width=200)
+    console.print(batch_study_table(json.loads((folder / "batch_study.json").read_text())))
+    assert "a[/x]" in console.export_text()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "runs_not_a_list", "prompt_id_missing", "batch_size_text"])
+def test_a_damaged_result_file_is_a_one_line_error(tmp_path, writers, capsys, damage):
+    """Found by a red-team session: every hand-edited or truncated batch_study.json ended in a traceback."""
+    folder = tmp_path / damage
+    folder.mkdir()
+    writers.batch_study(folder)
+    path = folder / "batch_study.json"
+    data = json.loads(path.read_text())
+    if damage == "truncated":
+        path.write_text(path.read_text()[:-200])
+    else:
+        if damage == "runs_not_a_list":
+            data["runs"] = "abc"
+        elif damage == "prompt_id_missing":
+            del data["runs"][0]["prompt_id"]
+        else:
+            data["runs"][0]["batch_size"] = "two"
+        path.write_text(json.dumps(data))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(folder)])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in error and len(error.strip().splitlines()) == 1
+    assert "batch_study.json" in error and not (folder / "report.html").exists()

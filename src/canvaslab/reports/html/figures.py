@@ -27,6 +27,7 @@ STYLE = {
     "svg.fonttype": "none", "svg.hashsalt": "canvaslab", "font.family": "sans-serif", "font.size": 9,
     "axes.titlesize": 10, "axes.prop_cycle": matplotlib.cycler(color=OKABE_ITO), "figure.dpi": 100,
     "axes.spines.top": False, "axes.spines.right": False,
+    "text.parse_math": False,  # titles hold prompt ids: a "$" is a dollar sign, never math markup
 }
 PNG_DPI = 200
 

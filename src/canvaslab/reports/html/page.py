@@ -93,6 +93,28 @@ def _controls(datasets: list[dict]) -> str:
             'keeps its final canvas.</p><div id="tip" role="tooltip"></div>')
 
 
+def _script_safe_json(value) -> str:
+    """JSON to embed in a <script> block: no "<", ">" or "&" at all (escaped as \\u003c...), so no study
+    string (a prompt id, a token's text) can close the block or open "<!--", which would swallow the page's
+    own script."""
+    text = json.dumps(value, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+# What a hand-edited or damaged result file raises in a reader or a panel (a key missing, a value of the
+# wrong type, a number out of range, a truncated file): the user's input, so one line, not a traceback.
+_DAMAGED = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+
+
+def _build_column(reader, build, folder: Path, key: str, label: str, figs):
+    try:
+        study = reader.read(folder)
+        return build(study, key, _title(label, study.environment), figs)
+    except _DAMAGED as error:
+        raise CanvaslabError(f"{reader.find(folder)} cannot be shown: it is damaged or was not written by this "
+                             f"canvaslab ({type(error).__name__}: {error})") from None
+
+
 def build_report(folders: Sequence[Path], out: Path | None = None) -> Report:
     """Write ``report.html`` (default: inside the first folder) and its figures; return what was written."""
     folders = check_folders([Path(f) for f in folders])
@@ -105,9 +127,7 @@ def build_report(folders: Sequence[Path], out: Path | None = None) -> Report:
         for index, (folder, label) in enumerate(zip(folders, labels)):
             if reader.find(folder) is None:
                 continue
-            study = reader.read(folder)
-            key = f"{anchor}{index}"
-            built = build(study, key, _title(label, study.environment), figs)
+            built = _build_column(reader, build, folder, f"{anchor}{index}", label, figs)
             if isinstance(built, tuple):
                 built, dataset = built
                 datasets += [dataset] if dataset else []
@@ -124,7 +144,7 @@ def build_report(folders: Sequence[Path], out: Path | None = None) -> Report:
             .replace("<!--NAV-->", "".join(nav))
             .replace("<!--STYLE-->", _asset("report.css"))
             .replace("<!--SCRIPT-->", _asset("report.js"))
-            .replace("<!--DATA-->", json.dumps(datasets, separators=(",", ":")).replace("</", "<\\/"))
+            .replace("<!--DATA-->", _script_safe_json(datasets))
             .replace("<!--BODY-->", "".join(sections)))
     write_text_atomic(out, page)
     return Report(html=out, figures=figs.written, studies=studies, size_bytes=out.stat().st_size)
