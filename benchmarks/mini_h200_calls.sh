@@ -48,13 +48,14 @@ if [ ! -f "$state/a/training.json" ]; then
   train causal "$state/a" autoregressive --steps-from "$state/steps.txt" >> "$state/train_autoregressive.log" 2>&1 &
 fi
 studies() {
-  if [ -f "$state/d/training.json" ] && [ ! -f "$state/shipped-mini" ]; then
-    ship "$state/d/diffusion" mini && touch "$state/shipped-mini" && stage_log "mini shipped"
+  # shipped again in every call: the next call's copy of the working tree removes files it does not know
+  if [ -f "$state/d/training.json" ] && [ -z "${shipped_mini:-}" ]; then
+    ship "$state/d/diffusion" mini && shipped_mini=1 && stage_log "mini shipped"
   fi
-  if [ -f "$state/a/training.json" ] && [ ! -f "$state/shipped-mini-ar" ]; then
-    ship "$state/a/autoregressive" mini-ar && touch "$state/shipped-mini-ar" && stage_log "mini-ar shipped"
+  if [ -f "$state/a/training.json" ] && [ -z "${shipped_mini_ar:-}" ]; then
+    ship "$state/a/autoregressive" mini-ar && shipped_mini_ar=1 && stage_log "mini-ar shipped"
   fi
-  if [ -f "$state/shipped-mini" ] && [ ! -f "$state/noise_study/plan.json" ]; then
+  if [ -n "${shipped_mini:-}" ] && [ ! -f "$state/noise_study/plan.json" ]; then
     # shellcheck disable=SC2086
     canvaslab noise-study plan --model mini --out "$state/noise_study" $counts >> "$state/noise_study.log" 2>&1
   fi
@@ -65,7 +66,7 @@ studies() {
           >> "$state/noise_study.log" 2>&1 &
     done
   fi
-  if [ -f "$state/shipped-mini" ] && [ -f "$state/shipped-mini-ar" ] && [ -z "${order_started:-}" ]; then
+  if [ -n "${shipped_mini:-}" ] && [ -n "${shipped_mini_ar:-}" ] && [ -z "${order_started:-}" ]; then
     order_started=1 && stage_log "order study runs"
     # shellcheck disable=SC2086
     timeout "$(( $(left) - 40 ))" canvaslab order-study --model mini --suite mini --device "$device" \

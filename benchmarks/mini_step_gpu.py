@@ -44,8 +44,6 @@ def apply_variant(model, variant: str) -> None:
         model.set_attn_implementation("eager")
     elif variant == "batched_mm":
         model.set_experts_implementation("batched_mm")
-    elif variant == "scatter_experts":  # transformers' own row shuffles (autograd scatter-adds in backward)
-        use_autocast_experts(model, permute_rows=False)
     elif variant in ("compiled_layers", "compiled_leaves"):
         compile_parts(model, variant.split("_")[1])
     else:

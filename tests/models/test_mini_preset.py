@@ -32,10 +32,11 @@ def test_mini_preset_loads_with_its_sampler_defaults_and_stops_early():
     assert loaded.generation_defaults["max_denoising_steps"] == 48
     assert loaded.generation_defaults["entropy_bound"] == 0.1 and loaded.generation_defaults["max_new_tokens"] == 256
     prompts = [encode_prompt(loaded.tokenizer, text) for text in
-               ("What is 23 + 45?", "What's the sum of 39 and 90?", "Name the capital of Valdoria.")]
+               ("What is 23 + 45?", "What's the sum of 39 and 90?", "Name the capital of Boustokisania.")]
     output = generate(loaded, prompts, seed=0)
     # A trained model is confident early: the stopping rule fires well inside the 48-pass budget,
-    # one canvas each (random weights run to the budget).
+    # one canvas each (random weights run to the budget). The country is one of the knowledge base's: asked
+    # about one it never saw ("Valdoria"), run 4's `mini` is unsure for 28 passes, as it should be.
     assert all(len(row.passes) == 1 and row.passes[0] < 24 for row in output.rows)
 
 

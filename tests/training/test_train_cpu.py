@@ -3,6 +3,7 @@ round-trips through transformers' own from_pretrained, and canvaslab's generate 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -24,7 +25,7 @@ from canvaslab.training.card import write_card
 from canvaslab.training.batches import Pool
 from canvaslab.training.loop import TrainSettings, train
 from canvaslab.training.objective import (DiffusionBatch, NoiseSchedule, decoder_logits, diffusion_loss,
-                                         encode_prefix, noise_canvas,
+                                         encode_prefix, noise_canvas, use_autocast_experts,
                                          position_weights, weighted_canvas_loss)
 from canvaslab.training.run import RunSpec, train_models
 
@@ -281,50 +282,27 @@ def test_mini_train_refuses_an_unknown_compile_choice_before_any_work(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("kind", ["diffusion", "causal"])
-def test_permuting_experts_give_transformers_grouped_experts_outputs_and_gradients_bit_for_bit(kind):
-    """The training experts shuffle rows with gathers both ways instead of autograd's scatter-add: same
-    numbers (a sum of two copies is the same either way round)."""
-    from transformers.integrations.moe import grouped_mm_experts_forward
+def test_training_experts_under_bf16_autocast_are_transformers_experts_on_bf16_weights():
+    """``grouped_mm`` is no autocast op: the training experts cast fp32 master weights to bf16 for it, and
+    gradients still reach the fp32 weights."""
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, grouped_mm_experts_forward
 
-    from canvaslab.training.objective import permuting_experts_forward
-
-    torch.manual_seed(0)
-    model = (DiffusionGemmaForBlockDiffusion(mini_config(32, **dict(TOY))) if kind == "diffusion"
-             else Gemma4ForCausalLM(ar_sibling_config(**dict(TOY))))
-    experts = next(m for m in model.modules() if type(m).__name__.endswith("TextExperts"))
-    hidden, weights = torch.randn(37, 32), torch.rand(37, 2)
-    chosen = torch.stack([torch.randperm(4)[:2] for _ in range(37)])
-    results = []
-    for forward in (grouped_mm_experts_forward, permuting_experts_forward):
-        rows, row_weights = hidden.clone().requires_grad_(), weights.clone().requires_grad_()
-        experts.zero_grad(set_to_none=True)
-        out = forward(experts, rows, chosen, row_weights)
-        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
-        results.append([out.detach(), rows.grad, row_weights.grad, experts.gate_up_proj.grad, experts.down_proj.grad])
-    for reference, permuted in zip(*results):
-        assert torch.equal(reference, permuted)
-
-
-def test_training_experts_under_bf16_autocast_match_transformers_row_shuffles():
     from canvaslab.training.objective import AUTOCAST_EXPERTS
 
     torch.manual_seed(0)
-    experts = next(m for m in DiffusionGemmaForBlockDiffusion(mini_config(32, **dict(TOY))).modules()
-                   if type(m).__name__.endswith("TextExperts"))
+    model = DiffusionGemmaForBlockDiffusion(mini_config(32, **dict(TOY)))
+    use_autocast_experts(model)
+    experts = next(m for m in model.modules() if type(m).__name__.endswith("TextExperts"))
     hidden, weights = torch.randn(29, 32), torch.rand(29, 2)
     chosen = torch.stack([torch.randperm(4)[:2] for _ in range(29)])
-    results = []
-    for permute_rows in (False, True):
-        rows = hidden.clone().requires_grad_()
-        experts.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = AUTOCAST_EXPERTS[permute_rows][1](experts, rows, chosen, weights)
-        assert out.dtype == torch.bfloat16
-        out.float().sum().backward()
-        results.append([out.detach(), rows.grad, experts.gate_up_proj.grad, experts.down_proj.grad])
-    for reference, permuted in zip(*results):
-        assert torch.equal(reference, permuted)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = ALL_EXPERTS_FUNCTIONS[AUTOCAST_EXPERTS](experts, hidden, chosen, weights)
+    assert out.dtype == torch.bfloat16
+    out.float().sum().backward()
+    assert experts.gate_up_proj.grad.dtype == torch.float32 and experts.gate_up_proj.grad.abs().sum() > 0
+    bf16 = copy.deepcopy(experts).to(torch.bfloat16)
+    expected = grouped_mm_experts_forward(bf16, hidden.to(torch.bfloat16), chosen, weights.to(torch.bfloat16))
+    assert torch.equal(out, expected)
 
 
 def test_a_pool_saved_and_loaded_is_the_same_pool(tmp_path):

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
-from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, _grouped_linear, grouped_mm_experts_forward
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, grouped_mm_experts_forward
 
 from canvaslab.models import anatomy
 
@@ -157,54 +157,6 @@ class _CastExperts:
         return getattr(self._module, name)
 
 
-class _PermuteRows(torch.autograd.Function):
-    """``rows[order]`` for a permutation ``order``, whose backward is the gather by its inverse. Autograd's
-    own backward of an index is a scatter-add (a sort, then atomics) even for a permutation: the experts'
-    two such scatters took 11% of the GPU time of a `mini` training step on an H200
-    (benchmarks/results/mini_step_gpu_s8/)."""
-
-    @staticmethod
-    def forward(ctx, rows: torch.Tensor, order: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(inverse)
-        return rows.index_select(0, order)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (inverse,) = ctx.saved_tensors
-        return grad.index_select(0, inverse), None, None
-
-
-def _plain_grouped_experts(experts) -> bool:
-    """Experts the permuting forward covers: gated, no biases, no post-expert norm, no expert parallelism."""
-    return (experts.has_gate and not experts.has_bias and not experts.has_post_expert_norm
-            and not experts._is_expert_parallel)
-
-
-def permuting_experts_forward(experts, hidden_states, top_k_index, top_k_weights):
-    """transformers' ``grouped_mm_experts_forward`` (same math, the same grouped GEMMs), with every row
-    shuffle a gather both ways: each token is repeated once per chosen expert (an expand, whose backward
-    sums the copies) and the copies are sorted by expert and back with ``_PermuteRows``."""
-    if not _plain_grouped_experts(experts):
-        return grouped_mm_experts_forward(experts, hidden_states, top_k_index, top_k_weights)
-    tokens, top_k = top_k_index.shape
-    hidden = hidden_states.size(-1)
-    expert_ids, order = torch.sort(top_k_index.reshape(-1))
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(order.numel(), device=order.device)
-    copies = hidden_states.unsqueeze(1).expand(tokens, top_k, hidden).reshape(tokens * top_k, hidden)
-    grouped = _PermuteRows.apply(copies, order, inverse)
-    # histc, not bincount (as transformers does): on the CPU it needs float input, on CUDA integers
-    counts = torch.histc(expert_ids.float() if expert_ids.device.type == "cpu" else expert_ids.int(),
-                         bins=experts.num_experts, min=0, max=experts.num_experts - 1)
-    offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
-    projected = _grouped_linear(grouped, experts.gate_up_proj, offsets, is_transposed=experts.is_transposed)
-    projected = _grouped_linear(experts._apply_gate(projected), experts.down_proj, offsets,
-                                is_transposed=experts.is_transposed)
-    weighted = projected * top_k_weights.reshape(-1)[order].unsqueeze(-1)
-    restored = _PermuteRows.apply(weighted, inverse, order)
-    return restored.view(tokens, top_k, hidden).sum(dim=1).to(hidden_states.dtype)
-
-
 def _autocast_experts(forward):
     """``forward`` (an experts function) under bf16 autocast: ``grouped_mm`` is not an autocast op, so fp32
     master weights and bf16 activations are brought to one dtype here."""
@@ -216,15 +168,15 @@ def _autocast_experts(forward):
     return autocast_forward
 
 
-# The training experts (registered names): gathers both ways, or (to compare) transformers' own row shuffles.
-AUTOCAST_EXPERTS = {True: ("canvaslab_autocast_permuting", _autocast_experts(permuting_experts_forward)),
-                    False: ("canvaslab_autocast_grouped_mm", _autocast_experts(grouped_mm_experts_forward))}
+# The training experts: transformers' grouped-GEMM function under bf16 autocast. A version whose row shuffles
+# were gathers both ways (autograd's backward of an index is a scatter-add) was no faster on an H200 (0.293 s
+# per step against this one's 0.274, benchmarks/results/mini_step_gpu_s10/), so it was removed.
+AUTOCAST_EXPERTS = "canvaslab_autocast_grouped_mm"
 
 
-def use_autocast_experts(model, permute_rows: bool = True) -> None:
-    name, forward = AUTOCAST_EXPERTS[permute_rows]
-    ALL_EXPERTS_FUNCTIONS.register(name, forward)
-    model.set_experts_implementation(name)
+def use_autocast_experts(model) -> None:
+    ALL_EXPERTS_FUNCTIONS.register(AUTOCAST_EXPERTS, _autocast_experts(grouped_mm_experts_forward))
+    model.set_experts_implementation(AUTOCAST_EXPERTS)
 
 
 def restore_experts(model) -> None:
