@@ -356,6 +356,13 @@ def test_an_infinite_loop_meets_the_cpu_limit_and_a_sleep_the_wall_clock():
     assert asleep.elapsed_s < 20
 
 
+def test_a_loop_that_ignores_the_cpu_limit_signal_is_killed_and_named_so():
+    code = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\ndef probe():\n    while True:\n        pass\n"
+    result = _run(code, "probe()", SandboxLimits(timeout_s=60, cpu_time_s=1))
+    assert not result.passed and result.elapsed_s < 30
+    assert result.failure.startswith("the candidate's process was killed (SIGKILL)"), result.failure
+
+
 def test_a_child_in_a_new_session_is_alive_during_the_run_and_gone_after_it(marker):
     code = f"""
         import os, subprocess, sys, time

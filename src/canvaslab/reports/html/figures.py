@@ -46,11 +46,20 @@ class FigureSet:
         buffer = io.StringIO()
         fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
         plt.close(fig)
-        svg = buffer.getvalue()
+        svg = visible_controls(buffer.getvalue())
         (self.folder / f"{name}.svg").write_text(svg, encoding="utf-8")
         self.written += [self.folder / f"{name}.png", self.folder / f"{name}.svg"]
         return (f'<figure class="figure" data-figure="{name}">{inline_svg(svg, name, alt)}'
                 f'<figcaption>{name}.png / {name}.svg beside this page</figcaption></figure>')
+
+
+# XML 1.0 forbids the C0 controls but tab, newline and carriage return; matplotlib writes figure text (prompt
+# ids, token text) as it is, so each becomes its Unicode control picture (NUL -> U+2400, DEL -> U+2421).
+_CONTROL_PICTURES = {**{c: 0x2400 + c for c in range(0x20) if chr(c) not in "\t\n\r"}, 0x7F: 0x2421}
+
+
+def visible_controls(svg: str) -> str:
+    return svg.translate(_CONTROL_PICTURES)
 
 
 def inline_svg(svg: str, prefix: str, alt: str) -> str:

@@ -14,6 +14,9 @@ from typing import IO
 from canvaslab.studies.commit_order.sandbox.jail import Isolation, Jail, SandboxLimits, require_isolation
 
 _CPU_LIMIT_STATUSES = {128 + signal.SIGXCPU, -signal.SIGXCPU}  # bwrap reports a signal's death as 128 + signal
+# A candidate that ignores SIGXCPU meets the hard limit a second later, which is SIGKILL; so can one that
+# kills itself. Either way its answer is none, and the failure says so rather than "the link broke".
+_KILLED_STATUSES = {128 + signal.SIGKILL, -signal.SIGKILL}
 
 
 @dataclass(frozen=True)
@@ -52,14 +55,17 @@ def run_tests(
         finished = tester.wait(limits.timeout_s - (time.monotonic() - start))
         candidate_status = candidate.process.poll()  # None: still serving, as it should be
         tests_status = tester.kill()
+        verdict = _read_verdict(verdict_file) if finished and tests_status == 0 else None
+        if candidate_status is None and verdict is not None and str(verdict["failure"]).startswith("LinkBroken"):
+            candidate.wait(2.0)  # the link broke as the candidate died: how it died, once bwrap reports it
+            candidate_status = candidate.process.poll()
         candidate.kill()
         elapsed = time.monotonic() - start
-        verdict = _read_verdict(verdict_file) if finished and tests_status == 0 else None
         timed_out = not finished or bool({tests_status, candidate_status} & _CPU_LIMIT_STATUSES)
         return SandboxResult(
             passed=verdict is not None and verdict["passed"] is True and not timed_out,
             timed_out=timed_out,
-            failure=_failure(verdict, finished, tests_status, timed_out),
+            failure=_failure(verdict, finished, tests_status, timed_out, candidate_status),
             calls=verdict["calls"] if verdict else 0,
             candidate_output=_tail(candidate_output, limits.max_output_chars),
             tests_output=_tail(tests_output, limits.max_output_chars),
@@ -104,11 +110,15 @@ def _read_verdict(handle: IO[bytes]) -> dict[str, object] | None:
     return verdict
 
 
-def _failure(verdict: dict[str, object] | None, finished: bool, tests_status: int, timed_out: bool) -> str:
+def _failure(verdict: dict[str, object] | None, finished: bool, tests_status: int, timed_out: bool,
+             candidate_status: int | None) -> str:
     if verdict is not None and verdict["passed"] is True and not timed_out:
         return ""
     if timed_out:
         return "time limit reached" if not finished else "CPU time limit reached"
+    if candidate_status in _KILLED_STATUSES:
+        return ("the candidate's process was killed (SIGKILL): its CPU-time hard limit after an ignored "
+                "SIGXCPU, or the candidate itself")
     if verdict is None:
         return f"the tests' jail ended with status {tests_status} without a verdict"
     return str(verdict["failure"])
