@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Does the diffusion objective memorise facts about as fast as next-token prediction does?
+"""Does the diffusion objective memorise facts (or learn to add) about as fast as next-token prediction does?
 
 Run 3's `mini` recalled 0% of the knowledge base's facts while its autoregressive sibling, trained on the
 same examples, recalled 99%. This trains a small DiffusionGemma and a small Gemma 4 causal LM (same text
@@ -15,6 +15,10 @@ per country, each asked in a training phrasing) each model gets exactly right, t
   stack with bidirectional attention over prompt + answer (LLaDA-style), the answer noised as in the
   diffusion objective (same rates, weights and noise), scored like ``diffusion``.
 
+``--task add2`` asks 2-digit sums instead (all operand pairs of the training split, any phrasing) and
+scores 60 held-out sums, pairs never seen in training, the same ways: the value is the sum's digits. Run 4's
+`mini` learned the facts with more steps but not the sums; this asks whether that holds at toy size.
+
 The history also has the gradient norm before clipping. Ablations of the diffusion model (``--ablation``):
 ``mask-noise`` (noised positions get ``<mask>``, which generate never uses: absorbing instead of uniform
 noise), ``untied`` (the decoder gets its own copy of the layers instead of sharing the encoder's),
@@ -22,6 +26,7 @@ noise), ``untied`` (the decoder gets its own copy of the layers instead of shari
 shared layers), and ``--adapt-from-causal N`` (start from a causal model trained N steps first).
 
     python benchmarks/mini_memorise_cpu.py --steps 800 --countries 10 --out FILE.json [--kinds diffusion,causal]
+        [--task fact|add2]
 """
 
 from __future__ import annotations
@@ -45,12 +50,13 @@ from canvaslab.training import chat, loop, objective
 from canvaslab.training.batches import Pool, _left_pad
 from canvaslab.training.loop import TrainSettings, train
 from canvaslab.training.objective import DiffusionBatch, NoiseSchedule, decoder_logits, encode_prefix
-from canvaslab.training.tasks import knowledge
+from canvaslab.training.tasks import arithmetic, knowledge
 from canvaslab.training.tasks.base import draw
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
          "head_dim": 32, "global_head_dim": 32, "moe_intermediate_size": 32, "num_experts": 4}
-CANVAS = 16  # fact answers are at most 13 tokens
+CANVAS = 16  # fact answers are at most 13 tokens, 2-digit sums 12
+ADD2_PROBES = 60
 MASK_ID = 4
 
 
@@ -63,24 +69,40 @@ def fact_questions(rng: random.Random, countries: int):
             yield example
 
 
-def fact_probes(tokenizer, countries: int) -> list[tuple[list[int], list[int], tuple[int, int]]]:
-    """One training-phrased question per fact: (prompt ids, answer ids, value token span)."""
+def training_examples(task: str, rng: random.Random, countries: int):
+    if task == "fact":
+        yield from fact_questions(rng, countries)
+    while True:
+        yield draw(lambda r: arithmetic.addition(r, 2), rng, "train")
+
+
+def value_probes(tokenizer, task: str, countries: int) -> list[tuple[list[int], list[int], tuple[int, int]]]:
+    """(prompt ids, answer ids, value token span) for each probe: one training-phrased question per fact,
+    or ADD2_PROBES held-out sums."""
     rng, probes, seen = random.Random("memorise-probes"), [], set()
-    questions = fact_questions(rng, countries)
-    while len(probes) < 3 * countries:
-        example = next(questions)
-        if example.answer in seen:  # the answer names the country, the attribute and the value
+    if task == "fact":
+        examples, wanted, value_of = fact_questions(rng, countries), 3 * countries, lambda e: e.reference["answers"][0]
+    else:
+        examples = iter(lambda: draw(lambda r: arithmetic.addition(r, 2), rng, "heldout"), None)
+        wanted, value_of = ADD2_PROBES, lambda e: e.reference["answer"]
+    while len(probes) < wanted:
+        example = next(examples)
+        if example.answer in seen:  # a fact's answer names the country, the attribute and the value
             continue
         seen.add(example.answer)
-        value, answer_text = example.reference["answers"][0], chat.answer_text(example.answer)
-        start = answer_text.index(value)
-        before = tokenizer(answer_text[: start - 1], add_special_tokens=False)["input_ids"]
-        through = tokenizer(answer_text[: start + len(value)], add_special_tokens=False)["input_ids"]
-        answer = tokenizer(answer_text, add_special_tokens=False)["input_ids"]
-        assert answer[: len(through)] == through and through[: len(before)] == before, example.answer
-        prompt = tokenizer(chat.prompt_text(example.prompt), add_special_tokens=False)["input_ids"]
-        probes.append((prompt, answer, (len(before), len(through))))
+        probes.append(_probe(tokenizer, example, value_of(example)))
     return probes
+
+
+def _probe(tokenizer, example, value: str) -> tuple[list[int], list[int], tuple[int, int]]:
+    answer_text = chat.answer_text(example.answer)
+    start = answer_text.rindex(value)  # a sum's value is its last number
+    before = tokenizer(answer_text[: start - 1], add_special_tokens=False)["input_ids"]
+    through = tokenizer(answer_text[: start + len(value)], add_special_tokens=False)["input_ids"]
+    answer = tokenizer(answer_text, add_special_tokens=False)["input_ids"]
+    assert answer[: len(through)] == through and through[: len(before)] == before, example.answer
+    prompt = tokenizer(chat.prompt_text(example.prompt), add_special_tokens=False)["input_ids"]
+    return prompt, answer, (len(before), len(through))
 
 
 def _exact(predicted: torch.Tensor, answers, spans) -> float:
@@ -236,6 +258,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--countries", type=int, default=10)
+    parser.add_argument("--task", default="fact", choices=("fact", "add2"))
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--kinds", default="diffusion,causal")
     parser.add_argument("--ablation", default="none", choices=("none", "mask-noise", "untied", "encoder-lm"))
@@ -256,12 +279,14 @@ def main() -> None:
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=30,
                              log_every=args.eval_every, schedule=schedule)
     tokenizer = load_mini_tokenizer()
-    questions = fact_questions(random.Random("memorise-train"), args.countries)
-    rows = [("fact", chat.prompt_text(e.prompt), chat.answer_text(e.answer))
+    questions = training_examples(args.task, random.Random("memorise-train"), args.countries)
+    rows = [(args.task, chat.prompt_text(e.prompt), chat.answer_text(e.answer))
             for e in (next(questions) for _ in range(args.steps * args.batch_size))]
-    pool, probes = Pool.build(tokenizer, rows, max_answer_tokens=CANVAS), fact_probes(tokenizer, args.countries)
-    report = {"settings": settings.as_dict(), "model": SMALL, "canvas_length": CANVAS, "countries": args.countries,
-              "probes": len(probes), "ablation": args.ablation, "runs": {}}
+    pool = Pool.build(tokenizer, rows, max_answer_tokens=CANVAS)
+    probes = value_probes(tokenizer, args.task, args.countries)
+    report = {"settings": settings.as_dict(), "model": SMALL, "canvas_length": CANVAS, "task": args.task,
+              "countries": args.countries if args.task == "fact" else None, "probes": len(probes),
+              "ablation": args.ablation, "runs": {}}
     for kind in args.kinds.split(","):
         torch.manual_seed(0)
         model = build(kind, args.ablation)
