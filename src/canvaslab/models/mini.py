@@ -1,4 +1,4 @@
-"""The `mini` architecture: DiffusionGemma scaled down to ~10M parameters, trainable in minutes.
+"""The `mini` architecture: DiffusionGemma scaled down to 15M parameters, trainable in minutes.
 
 Everything the real ``google/diffusiongemma-26B-A4B-it`` has, at small sizes: sliding-window layers
 with a full-attention layer every third (the real model: every sixth), fewer KV heads and wider heads
