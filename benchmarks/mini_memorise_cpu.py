@@ -26,7 +26,7 @@ noise), ``untied`` (the decoder gets its own copy of the layers instead of shari
 shared layers), and ``--adapt-from-causal N`` (start from a causal model trained N steps first).
 
     python benchmarks/mini_memorise_cpu.py --steps 800 --countries 10 --out FILE.json [--kinds diffusion,causal]
-        [--task fact|add2]
+        [--task fact|add2] [--layers 2]
 """
 
 from __future__ import annotations
@@ -232,14 +232,14 @@ def apply_ablation(name: str) -> None:
         loop.diffusion_loss = with_encoder_lm
 
 
-def build(kind: str, ablation: str):
+def build(kind: str, ablation: str, text: dict):
     if kind == "causal":
-        return Gemma4ForCausalLM(ar_sibling_config(**SMALL))
+        return Gemma4ForCausalLM(ar_sibling_config(**text))
     if kind == "bidirectional":
-        config = ar_sibling_config(**SMALL)
+        config = ar_sibling_config(**text)
         config.use_bidirectional_attention, config.is_causal = "all", False
         return Gemma4ForCausalLM(config)
-    model = DiffusionGemmaForBlockDiffusion(mini_config(CANVAS, **SMALL))
+    model = DiffusionGemmaForBlockDiffusion(mini_config(CANVAS, **text))
     if ablation == "untied":
         model.model.decoder.layers = copy.deepcopy(model.model.decoder.layers)
     return model
@@ -259,6 +259,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--countries", type=int, default=10)
     parser.add_argument("--task", default="fact", choices=("fact", "add2"))
+    parser.add_argument("--layers", type=int, default=SMALL["num_hidden_layers"], help="text layers of every model")
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--kinds", default="diffusion,causal")
     parser.add_argument("--ablation", default="none", choices=("none", "mask-noise", "untied", "encoder-lm"))
@@ -284,14 +285,15 @@ def main() -> None:
             for e in (next(questions) for _ in range(args.steps * args.batch_size))]
     pool = Pool.build(tokenizer, rows, max_answer_tokens=CANVAS)
     probes = value_probes(tokenizer, args.task, args.countries)
-    report = {"settings": settings.as_dict(), "model": SMALL, "canvas_length": CANVAS, "task": args.task,
+    text = {**SMALL, "num_hidden_layers": args.layers}
+    report = {"settings": settings.as_dict(), "model": text, "canvas_length": CANVAS, "task": args.task,
               "countries": args.countries if args.task == "fact" else None, "probes": len(probes),
               "ablation": args.ablation, "runs": {}}
     for kind in args.kinds.split(","):
         torch.manual_seed(0)
-        model = build(kind, args.ablation)
+        model = build(kind, args.ablation, text)
         if kind == "diffusion" and args.adapt_from_causal:
-            causal = Gemma4ForCausalLM(ar_sibling_config(**SMALL))
+            causal = Gemma4ForCausalLM(ar_sibling_config(**text))
             train(causal, pool, replace(settings, steps=args.adapt_from_causal), "causal")
             report["adapted_from_causal"] = {"steps": args.adapt_from_causal, **recall_causal(causal, probes)}
             load_causal_weights(model, causal)
