@@ -157,25 +157,24 @@ class _CastExperts:
         return getattr(self._module, name)
 
 
-def _autocast_experts(forward):
-    """``forward`` (an experts function) under bf16 autocast: ``grouped_mm`` is not an autocast op, so fp32
-    master weights and bf16 activations are brought to one dtype here."""
-    def autocast_forward(module, hidden_states, top_k_index, top_k_weights):
-        if not torch.is_autocast_enabled(hidden_states.device.type):
-            return forward(module, hidden_states, top_k_index, top_k_weights)
-        dtype = torch.get_autocast_dtype(hidden_states.device.type)
-        return forward(_CastExperts(module, dtype), hidden_states.to(dtype), top_k_index, top_k_weights.to(dtype))
-    return autocast_forward
-
-
 # The training experts: transformers' grouped-GEMM function under bf16 autocast. A version whose row shuffles
 # were gathers both ways (autograd's backward of an index is a scatter-add) was no faster on an H200 (0.293 s
 # per step against this one's 0.274, benchmarks/results/mini_step_gpu_s10/), so it was removed.
 AUTOCAST_EXPERTS = "canvaslab_autocast_grouped_mm"
 
 
+def _autocast_grouped_mm_experts(module, hidden_states, top_k_index, top_k_weights):
+    """``grouped_mm`` is not an autocast op: under autocast, fp32 master weights and bf16 activations are
+    brought to the autocast dtype here (gradients flow back to the fp32 weights)."""
+    if not torch.is_autocast_enabled(hidden_states.device.type):
+        return grouped_mm_experts_forward(module, hidden_states, top_k_index, top_k_weights)
+    dtype = torch.get_autocast_dtype(hidden_states.device.type)
+    return grouped_mm_experts_forward(_CastExperts(module, dtype), hidden_states.to(dtype), top_k_index,
+                                      top_k_weights.to(dtype))
+
+
 def use_autocast_experts(model) -> None:
-    ALL_EXPERTS_FUNCTIONS.register(AUTOCAST_EXPERTS, _autocast_experts(grouped_mm_experts_forward))
+    ALL_EXPERTS_FUNCTIONS.register(AUTOCAST_EXPERTS, _autocast_grouped_mm_experts)
     model.set_experts_implementation(AUTOCAST_EXPERTS)
 
 

@@ -212,6 +212,35 @@ def test_export_refuses_a_folder_without_a_store(tmp_path, capsys):
     assert exit_info.value.code == 2 and "no study store" in err and len(err.splitlines()) == 1
 
 
+def test_export_reads_the_store_and_moves_no_record(tmp_path, capsys):
+    """Export is a reader: a damaged record stays where it is (only ``run`` sets records aside) and is left out."""
+    from canvaslab.cli.main import main
+
+    run_study(Squares(n=3, fail={"u/2": -1}), tmp_path / "s")
+    damaged = _record_files(tmp_path / "s")[1]
+    damaged.write_text("{not json")
+    (failure_note,) = (tmp_path / "s" / "store" / "failed").glob("*.json")
+    failure_note.write_text("[1")
+    main(["export", str(tmp_path / "s")])
+    assert damaged.read_text() == "{not json" and len(_record_files(tmp_path / "s")) == 2
+    assert failure_note.read_text() == "[1"
+    assert "2 stored records are damaged or of another plan" in capsys.readouterr().err
+
+
+def test_export_refuses_an_edited_registered_plan_in_one_line(tmp_path, capsys):
+    from canvaslab.cli.main import main
+
+    run_study(Squares(n=3), tmp_path / "s")
+    registered = tmp_path / "s" / "store" / "plan.json"
+    registered.write_text(registered.read_text().replace('"n":3', '"n":4'))
+    records = [path.read_bytes() for path in _record_files(tmp_path / "s")]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "the store was edited" in err and len(err.splitlines()) == 1
+    assert [path.read_bytes() for path in _record_files(tmp_path / "s")] == records  # none set aside
+
+
 @pytest.mark.parametrize("args, said", [(["missing"], "missing: no such folder"),
                                         (["s", "--out", "table.csv"], "--out table.csv: name a .parquet file")])
 def test_export_refuses_a_missing_folder_and_a_non_parquet_name(tmp_path, capsys, monkeypatch, args, said):

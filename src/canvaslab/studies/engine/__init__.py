@@ -17,7 +17,7 @@ from typing import Any
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.studies.engine.executors import EXECUTORS, Outcome, Progress, run_local, run_ray
-from canvaslab.studies.engine.plan import frozen, register, registered_plan_checked, sha256_of, start_fresh
+from canvaslab.studies.engine.plan import frozen, register, registered_plan, sha256_of, start_fresh
 from canvaslab.studies.engine.store import Store
 from canvaslab.studies.engine.study import Study
 
@@ -53,14 +53,12 @@ def write_stored_views(study: Study, folder: str | Path) -> dict[str, Any]:
     """The views of what ``folder``'s store holds, running nothing and changing no record (e.g. a study cut
     short, to read so far): refuses a folder with no registered plan, or another one than ``study``'s."""
     folder = Path(folder).resolve()
-    registered = registered_plan_checked(folder)
+    registered = registered_plan(folder)
     if registered is None or registered != frozen(study.name, study.plan()):
         raise CanvaslabError(f"{folder} holds no stored results of this plan (nothing was run there, or another plan)")
     store = Store(folder, sha256_of(registered), read_only=True)
     views = _views(study, folder, store)
-    if store.passed_over:
-        print(f"{len(store.passed_over)} stored records are damaged or of another plan (e.g. {store.passed_over[0]}): "
-              "left as they are and not counted; `run` sets them aside and redoes their units", file=sys.stderr)
+    store.say_passed_over()
     return views
 
 

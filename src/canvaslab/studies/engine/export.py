@@ -29,7 +29,7 @@ def store_rows(folder: Path) -> list[dict[str, Any]]:
     if registered is None:
         raise CanvaslabError(f"{folder} holds no study store (store/plan.json); give a folder a study wrote")
     digest = sha256_of(registered)
-    store = Store(folder, digest)
+    store = Store(folder, digest, read_only=True)  # a reader: damaged records stay where they are
     units = list(store.stored_units())
     rows = []
     for unit, stored in store.stored(units).items():
@@ -41,6 +41,7 @@ def store_rows(folder: Path) -> list[dict[str, Any]]:
         if unit not in units:
             rows.append({"study": registered["study"], "plan_sha256": digest, "unit": unit,
                          "failed": failure["error"]})
+    store.say_passed_over()
     return rows
 
 

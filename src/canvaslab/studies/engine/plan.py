@@ -135,19 +135,17 @@ def register(folder: Path, study: str, plan: dict[str, Any]) -> str:
 
 
 def registered_plan(folder: Path) -> dict[str, Any] | None:
-    """The registered ``{"study", "plan"}`` of a folder, or None."""
-    path = Path(folder) / STORE_DIR / PLAN_FILE
-    return read_json(path) if path.exists() else None
-
-
-def registered_plan_checked(folder: Path) -> dict[str, Any] | None:
-    """``registered_plan``, refused (one line) when unreadable or not the text its ``plan.sha256`` names."""
+    """The registered ``{"study", "plan"}`` of a folder, or None; refused (one line) when unreadable or not
+    the text its ``plan.sha256`` names (records are checked against that hash: an edited plan would make
+    every record look foreign)."""
     store = Path(folder) / STORE_DIR
+    if not (store / PLAN_FILE).exists():
+        return None
     try:
-        registered = registered_plan(folder)
-        digest = (store / HASH_FILE).read_text(encoding="utf-8").split()[0] if registered is not None else None
+        registered = read_json(store / PLAN_FILE)
+        digest = (store / HASH_FILE).read_text(encoding="utf-8").split()[0]
     except (OSError, ValueError, IndexError) as error:
         raise CanvaslabError(f"{store} is damaged: its {PLAN_FILE} or {HASH_FILE} cannot be read ({error})") from None
-    if registered is not None and sha256_of(registered) != digest:
+    if sha256_of(registered) != digest:
         raise CanvaslabError(f"{store / PLAN_FILE} is not the plan its {HASH_FILE} names: the store was edited")
     return registered

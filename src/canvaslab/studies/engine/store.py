@@ -70,6 +70,12 @@ class Store:
         # read_only: a damaged record is left where it is (and listed here) instead of being set aside
         self.read_only, self.passed_over = read_only, []
 
+    def say_passed_over(self) -> None:
+        """One stderr line for the damaged records a read-only store left where they are, if any."""
+        if self.passed_over:
+            print(f"{len(self.passed_over)} stored records are damaged or of another plan (e.g. {self.passed_over[0]}): "
+                  "left as they are and not counted; `run` sets them aside and redoes their units", file=sys.stderr)
+
     def _record_path(self, unit: str) -> Path:
         return self.records_dir / _file_name(unit)
 
@@ -137,8 +143,11 @@ class Store:
             return {}
         found = {}
         for path in sorted(self.failed_dir.glob("*.json")):
-            entry = json.loads(path.read_text(encoding="utf-8"))
-            found[entry["unit"]] = entry
+            try:
+                entry = json.loads(path.read_text(encoding="utf-8"))
+                found[entry["unit"]] = entry
+            except (OSError, ValueError, KeyError, TypeError):  # a damaged failure note: left, not counted
+                self.passed_over.append(path)
         return found
 
     def records(self, units: list[str]) -> dict[str, dict[str, Any]]:

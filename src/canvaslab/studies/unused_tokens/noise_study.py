@@ -41,7 +41,7 @@ from canvaslab.invariant import generation_mode, replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import LoadedModel, load_model
 from canvaslab.studies.engine import Study, run_study, write_stored_views
-from canvaslab.studies.engine.plan import registered_plan_checked, start_fresh
+from canvaslab.studies.engine.plan import registered_plan, start_fresh
 from canvaslab.studies.unused_tokens.batch_safeguard import safeguard_entry, summarize_safeguard
 from canvaslab.studies.unused_tokens.conditions import Condition, base_noise, enumerate_conditions
 from canvaslab.studies.unused_tokens.plan import HASH_FILE, PLAN_FILE, NoisePlan, load_plan, plan_deviations
@@ -289,7 +289,7 @@ def report_noise_study(plan_dir: str | Path) -> dict[str, Any]:
     plan_dir = Path(plan_dir)
     plan, plan_hash = load_plan(plan_dir)
     _refuse_old_results(plan_dir)
-    registered = registered_plan_checked(plan_dir)
+    registered = registered_plan(plan_dir)
     if registered is None:
         raise CanvaslabError(f"nothing has run in {plan_dir} yet: `canvaslab noise-study run {plan_dir}` first")
     plan_part = registered.get("plan") if isinstance(registered, dict) else None
