@@ -9,6 +9,10 @@
    (and the same check with the default workspace, as the control).
 4. ``vocab``: the sampler's vocabulary pass, the previous kernel against the current one and a bf16
    read+write copy (the memory floor), at B x 256 rows of 262,144.
+5. ``grouped``: the experts' grouped kernel under tile configurations (balanced and skewed routing).
+6. ``canvas_cublas``: lm_head and the self-conditioning product one canvas per cuBLAS call (a fixed shape, the
+   canvas alone in it) against the batched Triton matmul, with each canvas's bits against the call on it alone.
+7. ``rope``: the query norm then the eager rotary ops against the one-launch norm + rotary kernel.
 
     python benchmarks/h200_kernel_sweep.py --out OUT_DIR [--budget SECONDS] [--tiny]
 
@@ -411,6 +415,161 @@ def vocab(batches: list[int], vocab_size: int, length: int, deadline: float) -> 
     return rows
 
 
+# --- 5. the experts' grouped kernel: tile configurations, at B x 256 tokens routed to 8 of 128 experts ----
+
+# (BM, BN, BK, warps, stages); the first is production
+GROUPED_CONFIGS = [(64, 128, 64, 4, 3), (64, 128, 64, 4, 4), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3),
+                   (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (64, 256, 64, 4, 3), (64, 256, 64, 8, 3),
+                   (128, 64, 64, 4, 3), (64, 64, 64, 4, 4), (128, 128, 32, 4, 4), (64, 128, 128, 4, 3)]
+
+
+def _grouped(x, weight, counts, rows, config):
+    from canvaslab.invariant.triton_kernels import _grouped_kernel
+
+    bm, bn, bk, warps, stages = config
+    e, n, k = weight.shape  # F.linear's layout (E, N, K)
+    tiles = torch.div(counts + bm - 1, bm, rounding_mode="floor")
+    group_ends, tile_ends = torch.cumsum(counts, 0, dtype=torch.int32), torch.cumsum(tiles, 0, dtype=torch.int32)
+    s = rows.numel() if rows is not None else x.shape[0]
+    out = torch.empty((s, n), device=x.device, dtype=x.dtype)
+    grid = (triton.cdiv(s, bm) + e, triton.cdiv(n, bn))
+    _grouped_kernel[grid](x, weight, out, group_ends, tile_ends, rows if rows is not None else group_ends, s, n, k, e,
+                          x.stride(0), x.stride(1), weight.stride(0), weight.stride(2), weight.stride(1),
+                          out.stride(0), out.stride(1), E_BLOCK=triton.next_power_of_2(e), K_STEPS=triton.cdiv(k, bk),
+                          FP32_INPUTS=False, GATHER=rows is not None, BM=bm, BN=bn, BK=bk,
+                          num_warps=warps, num_stages=stages)
+    return out
+
+
+def _routing(tokens: int, experts: int, top_k: int, skewed: bool, gen):
+    """(order // top_k, counts): tokens' rows grouped by expert, as the invariant experts build them."""
+    pool = min(16, experts // 2) if skewed else experts  # skewed: every token among 16 experts (random weights, a canvas of masks)
+    scores = torch.rand(tokens, pool, device=DEVICE, generator=gen)
+    chosen = scores.topk(top_k, dim=-1).indices.reshape(-1)
+    order = torch.sort(chosen, stable=True).indices
+    counts = torch.zeros(experts, dtype=torch.int64, device=DEVICE).index_add_(0, chosen, torch.ones_like(chosen))
+    return order // top_k, counts
+
+
+def grouped(batches: list[int], deadline: float, tiny: bool) -> list[dict]:
+    experts, top_k, hidden, inner = (8, 2, 64, 32) if tiny else (128, 8, 2816, 704)
+    gen = torch.Generator(device=DEVICE).manual_seed(3)
+    gate_up = (torch.randn(experts, 2 * inner, hidden, device=DEVICE, generator=gen) * hidden ** -0.5).to(torch.bfloat16)
+    down = (torch.randn(experts, hidden, inner, device=DEVICE, generator=gen) * inner ** -0.5).to(torch.bfloat16)
+    rows_out = []
+    for skewed in (False, True):
+        for batch in batches:
+            if time.time() > deadline:
+                return rows_out
+            tokens = batch * (8 if tiny else 256)
+            x = torch.randn(tokens, hidden, device=DEVICE, generator=gen).to(torch.bfloat16)
+            rows, counts = _routing(tokens, experts, top_k, skewed, gen)
+            gated = torch.randn(rows.numel(), inner, device=DEVICE, generator=gen).to(torch.bfloat16)
+            flop = 2 * rows.numel() * hidden * inner * 3
+            row = {"batch": batch, "tokens": tokens, "skewed": skewed, "gflop": flop / 1e9}
+            reference = None
+            for config in GROUPED_CONFIGS[: 3 if tiny else None]:
+                label = "x".join(map(str, config))
+                try:
+                    first = _grouped(x, gate_up, counts, rows, config)
+                    second = _grouped(gated, down, counts, None, config)
+                    if reference is None:
+                        reference = (first.float(), second.float())
+                    gate_ms = timed_ms(lambda: _grouped(x, gate_up, counts, rows, config))
+                    down_ms = timed_ms(lambda: _grouped(gated, down, counts, None, config))
+                    row[label] = {"gate_up_ms": gate_ms, "down_ms": down_ms,
+                                  "tflops": flop / (gate_ms + down_ms) / 1e9,
+                                  "max_diff_vs_production": max((first.float() - reference[0]).abs().max().item(),
+                                                                (second.float() - reference[1]).abs().max().item())}
+                except Exception as error:
+                    row[label] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
+            rows_out.append(row)
+            timed = {k: v["gate_up_ms"] + v["down_ms"] for k, v in row.items() if isinstance(v, dict) and "down_ms" in v}
+            best = min(timed, key=timed.get)
+            print(f"grouped B={batch} skewed={skewed}: production {timed.get('64x128x64x4x3', 0):.3f} ms, "
+                  f"best {best} {timed[best]:.3f} ms", flush=True)
+    return rows_out
+
+
+# --- 6. the vocabulary-sized products one canvas at a time through cuBLAS, against the batched Triton kernel --
+
+
+def canvas_cublas(batches: list[int], deadline: float, tiny: bool) -> list[dict]:
+    """lm_head (K = hidden, N = vocabulary) and the self-conditioning product (K = vocabulary, N = hidden) computed
+    per canvas (one fixed-shape cuBLAS call each, the canvas alone in it) against the batched Triton matmul; each
+    canvas's result is also compared bit for bit with the same call on a copy of that canvas alone."""
+    from canvaslab.invariant import triton_kernels
+
+    length, hidden, vocab_size = (8, 64, 5000) if tiny else (256, 2816, 262_144)
+    gen = torch.Generator(device=DEVICE).manual_seed(4)
+    head = (torch.randn(vocab_size, hidden, device=DEVICE, generator=gen) * hidden ** -0.5).to(torch.bfloat16)
+    results = []
+    for batch in batches:
+        if time.time() > deadline:
+            break
+        h = torch.randn(batch, length, hidden, device=DEVICE, generator=gen).to(torch.bfloat16)
+        logits = torch.empty(batch, length, vocab_size, device=DEVICE, dtype=torch.bfloat16)
+
+        def per_canvas_head():
+            for b in range(batch):
+                torch.mm(h[b], head.t(), out=logits[b])
+
+        per_canvas_head()
+        alone = torch.empty(length, vocab_size, device=DEVICE, dtype=torch.bfloat16)
+        torch.mm(h[-1].clone(), head.t(), out=alone)
+        row = {"batch": batch, "lm_head_triton_ms": timed_ms(lambda: triton_kernels.matmul(h.view(-1, hidden), head.t())),
+               "lm_head_per_canvas_cublas_ms": timed_ms(per_canvas_head),
+               "lm_head_batched_cublas_ms": timed_ms(lambda: torch.mm(h.view(-1, hidden), head.t())),
+               "lm_head_last_canvas_equals_alone": torch.equal(logits[-1], alone),
+               "lm_head_first_equals_last_on_same_input": None}
+        same = h[0].clone()
+        h[-1].copy_(same)
+        per_canvas_head()
+        row["lm_head_first_equals_last_on_same_input"] = torch.equal(logits[0], logits[-1])
+        probs = torch.softmax(logits.float(), -1).to(torch.bfloat16) if tiny else logits  # values only matter for bits
+        signal = torch.empty(batch, length, hidden, device=DEVICE, dtype=torch.bfloat16)
+
+        def per_canvas_signal():
+            for b in range(batch):
+                torch.mm(probs[b], head, out=signal[b])
+
+        per_canvas_signal()
+        row.update({"signal_triton_ms": timed_ms(lambda: triton_kernels.matmul(probs.view(-1, vocab_size), head)),
+                    "signal_per_canvas_cublas_ms": timed_ms(per_canvas_signal),
+                    "signal_last_canvas_equals_alone": torch.equal(signal[-1], torch.mm(probs[-1].clone(), head))})
+        results.append(row)
+        print(row, flush=True)
+        del h, logits, probs, signal
+    return results
+
+
+# --- 7. the query norm and rotary embedding: eager ops after the fused norm, against the one-launch kernel ----
+
+
+def rope(batches: list[int], deadline: float, tiny: bool) -> list[dict]:
+    from canvaslab.invariant import triton_kernels
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import apply_rotary_pos_emb
+
+    length, heads, d = (8, 4, 16) if tiny else (256, 16, 256)
+    gen = torch.Generator(device=DEVICE).manual_seed(5)
+    results = []
+    for batch in batches:
+        if time.time() > deadline:
+            break
+        x = torch.randn(batch, length, heads, d, device=DEVICE, generator=gen).to(torch.bfloat16)
+        weight = torch.randn(d, device=DEVICE, generator=gen).to(torch.bfloat16)
+        angles = torch.randn(batch, length, d, device=DEVICE, generator=gen)
+        cos, sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
+        eager = lambda: apply_rotary_pos_emb(triton_kernels.rms_norm(x, weight, 1e-6), cos, sin, unsqueeze_dim=2)
+        fused = lambda: triton_kernels.rms_norm(x, weight, 1e-6, rope=(cos, sin))
+        row = {"batch": batch, "norm_then_eager_rotary_ms": timed_ms(eager), "fused_ms": timed_ms(fused),
+               "norm_alone_ms": timed_ms(lambda: triton_kernels.rms_norm(x, weight, 1e-6)),
+               "bits_equal": torch.equal(eager(), fused())}
+        results.append(row)
+        print(row, flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -441,6 +600,9 @@ def main() -> None:
         ("cublas_1k", lambda: cublas_check(result["shapes"], batches, args.tiny, True) if CUDA else "no CUDA"),
         ("cublas_default", lambda: cublas_check(result["shapes"], batches, args.tiny, False) if CUDA else "no CUDA"),
         ("vocab", lambda: vocab(batches, 5000 if args.tiny else 262_144, 8 if args.tiny else 256, deadline)),
+        ("grouped", lambda: grouped(batches, deadline, args.tiny)),
+        ("canvas_cublas", lambda: canvas_cublas(batches, deadline, args.tiny)),
+        ("rope", lambda: rope(batches, deadline, args.tiny)),
     ]
     for name, run in [(name, run) for name, run in stages if name in args.stages.split(",")]:
         if time.time() > deadline:

@@ -10,6 +10,7 @@
 # and the next one runs; a stage is skipped when the time left is below its estimate, and cut at the budget.
 # A dry run on the CPU (every command, toy sizes):
 #   MODEL=tiny DEVICE=cpu L6=2 L30=2 SMALL=1,2 BIG=2 NEEDLE=2,3 bash benchmarks/h200_speed_run.sh /tmp/dry 900
+# ONLY=name,name runs only those stages; REPEATS=N times each throughput cell N times (medians).
 # Writes OUT_DIR/log.txt and one file per stage; with SNAPSHOT=FILE.tar.gz, also a tarball of OUT_DIR after each
 # phase (the device returns few files: bring back the tarball). On the H200 carry transformers >= 5.23 into /tmp/site.
 set -uo pipefail
@@ -24,6 +25,7 @@ log="$out/log.txt"
 
 stage() {  # NAME ESTIMATE_S COMMAND...: run it if the time left allows, cut at the budget; log status and duration
   local name=$1 estimate=$2; shift 2
+  [[ -n "${ONLY:-}" && ",$ONLY," != *",$name,"* ]] && return
   local left=$((budget - SECONDS))
   if (( estimate > left )); then echo "SKIPPED $name (needs ~${estimate} s, ${left} s left)" >> "$log"; return; fi
   local start=$SECONDS
@@ -43,7 +45,7 @@ study() {  # LAYERS NAME ARGS...: one batch study, prompts encoded in the batch,
 
 throughput() {  # LAYERS BATCHES MODES NAME
   python benchmarks/throughput.py --model "$model" --layers "$1" --device "$device" --batch-sizes "$2" \
-    --modes "$3" --steps 4 --repeats 1 --out "$out/$4.json"
+    --modes "$3" --steps 4 --repeats "${REPEATS:-1}" --out "$out/$4.json"
 }
 
 snapshot() { [[ -n "${SNAPSHOT:-}" ]] && tar -czf "$SNAPSHOT" -C "$out" . ; true; }
@@ -61,6 +63,11 @@ stage throughput_6l_b64 30 throughput "$l6" "$big" invariant throughput_6l_b64
 stage throughput_30l 60 throughput "$l30" "$small" stock,invariant throughput_30l
 stage profile_b32 30 python benchmarks/profile_generate.py --model "$model" --layers "$l6" --device "$device" \
   --modes invariant --batch-sizes "${small##*,}" --steps 2 --out "$out/profile_b32_tables.txt"
+stage profile_30l_b32 60 python benchmarks/profile_generate.py --model "$model" --layers "$l30" --device "$device" \
+  --modes invariant --batch-sizes "${small##*,}" --steps 2 --rows 40 --out "$out/profile_30l_b32_tables.txt"
+# kernel settings: the experts' grouped tiles, vocabulary products per canvas through cuBLAS, the fused rotary
+stage kernel_sweep 150 python benchmarks/h200_kernel_sweep.py --out "$out/kernels" --budget 140 \
+  --stages grouped,canvas_cublas,rope --shapes benchmarks/results/h200_kernels_s6/call1/sweep.json
 snapshot
 
 # Correctness, two lanes at once
