@@ -23,7 +23,7 @@ def test_every_kernel_is_an_op_of_the_canvaslab_namespace():
     for name in custom_ops.NAMES:
         namespace, op = name.split("::")
         assert getattr(getattr(torch.ops, namespace), op).default is not None
-    assert set(custom_ops.OPS) == {"matmul", "row_reduce", "sort", "rms_norm", "rms_norm_rope", "grouped_linear",
+    assert set(custom_ops.OPS) == {"matmul", "row_reduce", "sort", "rms_norm", "rms_norm_rope", "canvas_linear", "grouped_linear",
                                    "vocab_sample", "attention"}
 
 
@@ -101,3 +101,26 @@ def test_call_runs_the_op_only_while_dynamo_traces():
     torch.compile(lambda x: custom_ops.call("sort", plain, x, -1, False)[0], backend=backend, fullgraph=True)(
         torch.tensor([2.0, 1.0]))
     assert any("canvaslab.sort" in op for op in graph_ops) and seen == ["plain"]
+
+
+def test_canvas_linear_is_linear_canvas_by_canvas_and_the_model_head_uses_it_with_hooks_firing():
+    from torch import nn
+
+    from canvaslab.invariant.vocabulary import per_canvas_lm_head
+
+    x, weight = _randn(3, 4, 12), _randn(7, 12, seed=1)
+    torch.library.opcheck(custom_ops.canvas_linear, (x, weight), test_utils=CHECKS)
+    out = custom_ops.canvas_linear(x, weight)
+    for canvas in range(3):
+        assert torch.equal(out[canvas], torch.mm(x[canvas], weight.t()))
+    model = nn.Module()
+    model.lm_head = nn.Linear(12, 7, bias=False)
+    seen = []
+    model.lm_head.register_forward_hook(lambda module, args, output: seen.append(output))
+    with per_canvas_lm_head(model), torch.no_grad():  # generation's setting: out= GEMMs take no gradient
+        assert "forward" in vars(model.lm_head)
+        inside = model.lm_head(x)
+    assert "forward" not in vars(model.lm_head) and len(seen) == 1 and seen[0] is inside
+    with torch.no_grad():
+        assert torch.equal(inside, custom_ops.canvas_linear(x, model.lm_head.weight))
+        torch.testing.assert_close(inside, model.lm_head(x), rtol=1e-5, atol=1e-5)

@@ -39,6 +39,7 @@ print("compiled")
 
 
 COMPILE_MATMUL_AND_COMBINE = """
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -64,11 +65,15 @@ assert kernel.asm["cubin"]
 signature = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "group_ends_ptr": "*i32", "tile_ends_ptr": "*i32",
              "rows_ptr": "*i64", **dict.fromkeys(["S", "N", "K", "E", "s_xm", "s_xk", "s_we", "s_wk", "s_wn", "s_om",
                                                    "s_on"], "i32")}
-constexprs = {"E_BLOCK": 128, "K_STEPS": 44, "FP32_INPUTS": False, "GATHER": True, "BM": tk.GROUPED_BLOCK_M,
-              "BN": tk.GROUPED_BLOCK_N, "BK": tk.GROUPED_BLOCK_K}
-kernel = triton.compile(ASTSource(fn=tk._grouped_kernel, signature={**signature, **dict.fromkeys(constexprs, "constexpr")},
-                                  constexprs=constexprs), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-assert kernel.asm["cubin"]
+for dtype, pointer in ((torch.bfloat16, "*bf16"), (torch.float32, "*fp32")):
+    grouped = tk.grouped_plan(dtype)
+    constexprs = {"E_BLOCK": 128, "K_STEPS": 2816 // grouped["BK"], "FP32_INPUTS": dtype == torch.float32, "GATHER": True,
+                  "BM": tk.GROUPED_BLOCK_M, "BN": grouped["BN"], "BK": grouped["BK"]}
+    typed = {**signature, "x_ptr": pointer, "w_ptr": pointer, "out_ptr": pointer}
+    kernel = triton.compile(ASTSource(fn=tk._grouped_kernel, signature={**typed, **dict.fromkeys(constexprs, "constexpr")},
+                                      constexprs=constexprs), target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": grouped["num_warps"], "num_stages": grouped["num_stages"]})
+    assert kernel.asm["cubin"] and kernel.metadata.shared <= 227 * 1024, kernel.metadata.shared
 print("compiled")
 """
 

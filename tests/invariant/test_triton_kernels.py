@@ -249,10 +249,12 @@ def test_rms_norm_with_rope_is_the_norm_then_the_eager_rotary_ops(batch, length,
     cos, sin = angles.cos().to(DEVICE, dtype), angles.sin().to(DEVICE, dtype)
     fused = triton_kernels.rms_norm(x, weight, 1e-6, rope=(cos, sin))
     expected = _norm_then_eager_rotary(x, weight, 1e-6, cos, sin)
-    if dtype == torch.float32 or DEVICE == "cuda":
+    if dtype == torch.float32 and DEVICE == "cpu":
         assert torch.equal(fused, expected)  # every rounding where the eager ops round
-    else:  # the interpreter rounds float32 to bfloat16 its own way (not to nearest even), three times over
-        torch.testing.assert_close(fused.float(), expected.float(), rtol=2 ** -6, atol=2 ** -6)
+    else:  # compiled, the kernel may contract a product and a sum into one fma, and its layout may order the
+        # norm's sum differently from the norm-only kernel; the interpreter rounds to bfloat16 its own way
+        step = 2 ** -6 if dtype == torch.bfloat16 else 1e-6
+        torch.testing.assert_close(fused.float(), expected.float(), rtol=step, atol=step)
     assert torch.equal(fused[-1], triton_kernels.rms_norm(x[-1:], weight, 1e-6, rope=(cos[-1:], sin[-1:]))[0])
 
 

@@ -9,7 +9,8 @@
   sort (``canvaslab.invariant.ops``: torch.library overrides on CUDA, a dispatch mode on the CPU);
   attention with no batch-dependent KV split and padding dropped (``AttentionInterface``); experts
   with a stable routing sort, a grouped kernel and a fixed-order combine (``ExpertsInterface``); on
-  CUDA each RMSNorm as one fused launch (``canvaslab.invariant.norms``).
+  CUDA each RMSNorm as one fused launch, the query and key norms with their rotary embedding
+  (``canvaslab.invariant.norms``), and lm_head one cuBLAS call per canvas (``canvaslab.invariant.vocabulary``).
   Sampling is made per-row by the runner's per-row random streams (``--rng row``).
 
 Every batch-invariant kernel is also a ``torch.library`` custom op (``canvaslab.invariant.custom_ops``), and
@@ -29,6 +30,7 @@ from canvaslab.invariant import attention, experts
 from canvaslab.invariant.norms import fused_rms_norms
 from canvaslab.invariant.ops import REPLACED_OPS, BatchInvariantMode, library_overrides
 from canvaslab.invariant.rowwise import rowwise
+from canvaslab.invariant.vocabulary import per_canvas_lm_head
 
 MODES = ("stock", "rowwise", "invariant")
 
@@ -39,7 +41,8 @@ def replaced_ops(mode: str) -> list[str]:
         return ["decoder router.proj (per sequence)", "self-conditioning matmul (per row)"]
     if mode == "invariant":
         return [*REPLACED_OPS, f"attention: {attention.NAME}", f"experts: {experts.NAME}",
-                "RMSNorm: one fused kernel (CUDA)", "sampling: per-row streams",
+                "RMSNorm: one fused kernel, with the rotary embedding for queries and keys (CUDA)",
+                "lm_head: one cuBLAS call per canvas (CUDA)", "sampling: per-row streams",
                 "denoising step: one streamed pass over the vocabulary, Philox draws (CUDA)"]
     return []
 
@@ -88,14 +91,18 @@ def generation_mode(model, mode: str):
     else:
         attention.register()
         experts.register()
-        fused = fused_rms_norms(model) if fuses_norms(model) else contextlib.nullcontext()
-        with _implementations(model, attention.NAME), batch_invariant(model.device.type), fused:
+        cuda_modules = contextlib.ExitStack()
+        if fuses_norms(model):
+            cuda_modules.enter_context(fused_rms_norms(model))
+            cuda_modules.enter_context(per_canvas_lm_head(model))
+        with _implementations(model, attention.NAME), batch_invariant(model.device.type), cuda_modules:
             yield
 
 
 def fuses_norms(model) -> bool:
-    """Whether invariant mode runs the model's RMSNorms as fused Triton launches (on CUDA; the CPU path
-    computes them with stock kernels at batch-independent shapes)."""
+    """Whether invariant mode runs the model's RMSNorms as fused Triton launches (with the query and key
+    rotary embedding) and lm_head one canvas per cuBLAS call: on CUDA. The CPU path computes them with stock
+    kernels at batch-independent shapes."""
     return model.device.type == "cuda"
 
 

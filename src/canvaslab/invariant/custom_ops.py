@@ -133,6 +133,23 @@ def _rms_norm_rope_fake(x, weight, eps, cos, sin):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
+# --- lm_head one canvas per GEMM call ---------------------------------------------------------------
+
+
+@torch.library.custom_op("canvaslab::canvas_linear", mutates_args=())
+def canvas_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``F.linear(x, weight)`` for ``x`` of shape (canvases, length, K), one GEMM call per canvas
+    (``canvaslab.invariant.vocabulary``)."""
+    from canvaslab.invariant.vocabulary import canvas_linear as compute
+
+    return compute(x, weight)
+
+
+@canvas_linear.register_fake
+def _canvas_linear_fake(x, weight):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
 # --- the experts' projections, rows grouped by expert ------------------------------------------------
 
 
@@ -203,6 +220,7 @@ def _attention_fake(query, key, value, attn_mask, scale):
 
 
 OPS = {"matmul": matmul, "row_reduce": row_reduce, "sort": sort, "rms_norm": rms_norm, "rms_norm_rope": rms_norm_rope,
+       "canvas_linear": canvas_linear,
        "grouped_linear": grouped_linear, "vocab_sample": vocab_sample, "attention": attention}
 NAMES = tuple(f"{NAMESPACE}::{name}" for name in OPS)
 
