@@ -11,11 +11,16 @@ memory of the batched run is recorded.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 from pathlib import Path
 
-import torch
+# Before torch touches CUDA: at 30 layers and B=128 the batch needs ~114 GiB, but with fixed-size segments the
+# allocator had 28.8 GiB reserved and unusable (fragmentation) and ran out (session 11); growable segments reuse it.
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+import torch  # noqa: E402
 
 from canvaslab.environment import environment_fingerprint
 from canvaslab.generation import generate
