@@ -12,7 +12,6 @@
 5. ``grouped``: the experts' grouped kernel under tile configurations (balanced and skewed routing).
 6. ``canvas_cublas``: lm_head and the self-conditioning product one canvas per cuBLAS call (a fixed shape, the
    canvas alone in it) against the batched Triton matmul, with each canvas's bits against the call on it alone.
-7. ``rope``: the query norm then the eager rotary ops against the one-launch norm + rotary kernel.
 
     python benchmarks/h200_kernel_sweep.py --out OUT_DIR [--budget SECONDS] [--tiny]
 
@@ -543,33 +542,6 @@ def canvas_cublas(batches: list[int], deadline: float, tiny: bool) -> list[dict]
     return results
 
 
-# --- 7. the query norm and rotary embedding: eager ops after the fused norm, against the one-launch kernel ----
-
-
-def rope(batches: list[int], deadline: float, tiny: bool) -> list[dict]:
-    from canvaslab.invariant import triton_kernels
-    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import apply_rotary_pos_emb
-
-    length, heads, d = (8, 4, 16) if tiny else (256, 16, 256)
-    gen = torch.Generator(device=DEVICE).manual_seed(5)
-    results = []
-    for batch in batches:
-        if time.time() > deadline:
-            break
-        x = torch.randn(batch, length, heads, d, device=DEVICE, generator=gen).to(torch.bfloat16)
-        weight = torch.randn(d, device=DEVICE, generator=gen).to(torch.bfloat16)
-        angles = torch.randn(batch, length, d, device=DEVICE, generator=gen)
-        cos, sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
-        eager = lambda: apply_rotary_pos_emb(triton_kernels.rms_norm(x, weight, 1e-6), cos, sin, unsqueeze_dim=2)
-        fused = lambda: triton_kernels.rms_norm(x, weight, 1e-6, rope=(cos, sin))
-        row = {"batch": batch, "norm_then_eager_rotary_ms": timed_ms(eager), "fused_ms": timed_ms(fused),
-               "norm_alone_ms": timed_ms(lambda: triton_kernels.rms_norm(x, weight, 1e-6)),
-               "bits_equal": torch.equal(eager(), fused())}
-        results.append(row)
-        print(row, flush=True)
-    return results
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -602,7 +574,6 @@ def main() -> None:
         ("vocab", lambda: vocab(batches, 5000 if args.tiny else 262_144, 8 if args.tiny else 256, deadline)),
         ("grouped", lambda: grouped(batches, deadline, args.tiny)),
         ("canvas_cublas", lambda: canvas_cublas(batches, deadline, args.tiny)),
-        ("rope", lambda: rope(batches, deadline, args.tiny)),
     ]
     for name, run in [(name, run) for name, run in stages if name in args.stages.split(",")]:
         if time.time() > deadline:

@@ -65,9 +65,9 @@ stage profile_b32 30 python benchmarks/profile_generate.py --model "$model" --la
   --modes invariant --batch-sizes "${small##*,}" --steps 2 --out "$out/profile_b32_tables.txt"
 stage profile_30l_b32 60 python benchmarks/profile_generate.py --model "$model" --layers "$l30" --device "$device" \
   --modes invariant --batch-sizes "${small##*,}" --steps 2 --rows 40 --out "$out/profile_30l_b32_tables.txt"
-# kernel settings: the experts' grouped tiles, vocabulary products per canvas through cuBLAS, the fused rotary
+# kernel settings: the experts' grouped tiles, vocabulary products per canvas through cuBLAS
 stage kernel_sweep 150 python benchmarks/h200_kernel_sweep.py --out "$out/kernels" --budget 140 \
-  --stages grouped,canvas_cublas,rope --shapes benchmarks/results/h200_kernels_s6/call1/sweep.json
+  --stages grouped,canvas_cublas --shapes benchmarks/results/h200_kernels_s6/call1/sweep.json
 snapshot
 
 # Correctness, two lanes at once

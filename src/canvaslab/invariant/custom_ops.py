@@ -121,18 +121,6 @@ def _rms_norm_fake(x, weight, eps):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("canvaslab::rms_norm_rope", mutates_args=())
-def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor | None, eps: float, cos: torch.Tensor,
-                  sin: torch.Tensor) -> torch.Tensor:
-    """RMSNorm over the last dim of ``(..., heads, D)``, then the rotary embedding (one angle row per position)."""
-    return _triton().rms_norm(x, weight, eps, rope=(cos, sin))
-
-
-@rms_norm_rope.register_fake
-def _rms_norm_rope_fake(x, weight, eps, cos, sin):
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-
 # --- lm_head one canvas per GEMM call ---------------------------------------------------------------
 
 
@@ -219,8 +207,7 @@ def _attention_fake(query, key, value, attn_mask, scale):
     return query.new_empty((*query.shape[:-1], value.shape[-1]))
 
 
-OPS = {"matmul": matmul, "row_reduce": row_reduce, "sort": sort, "rms_norm": rms_norm, "rms_norm_rope": rms_norm_rope,
-       "canvas_linear": canvas_linear,
+OPS = {"matmul": matmul, "row_reduce": row_reduce, "sort": sort, "rms_norm": rms_norm, "canvas_linear": canvas_linear,
        "grouped_linear": grouped_linear, "vocab_sample": vocab_sample, "attention": attention}
 NAMES = tuple(f"{NAMESPACE}::{name}" for name in OPS)
 
