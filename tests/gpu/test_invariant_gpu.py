@@ -226,3 +226,18 @@ def test_grouped_linear_gather_has_the_bits_of_indexed_rows():
     rows = torch.randint(0, 700, (5600,), generator=gen).cuda()
     schedule = expert_schedule(torch.bincount(torch.randint(0, experts, (5600,), generator=gen), minlength=experts).cuda())
     assert torch.equal(grouped_linear(x, w, schedule, rows=rows), grouped_linear(x[rows], w, schedule))
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_lm_head_per_canvas_rows_equal_the_canvas_alone_at_any_position(batch):
+    from canvaslab.invariant.vocabulary import canvas_linear
+
+    head = _rand(262_144, 2816, seed=1) / 2816 ** 0.5
+    needle = _rand(1, 256, 2816, seed=2)
+    alone = canvas_linear(needle, head)
+    for position in range(batch):
+        canvases = _rand(batch, 256, 2816, seed=3)
+        canvases[position] = needle[0]
+        assert torch.equal(canvas_linear(canvases, head)[position], alone[0]), position
+    reference = needle[0].float() @ head.float().t()
+    assert ((alone[0].float() - reference).norm() / reference.norm()).item() < 1e-2  # bf16 output rounding

@@ -68,7 +68,7 @@ signature = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "group_ends
 for dtype, pointer in ((torch.bfloat16, "*bf16"), (torch.float32, "*fp32")):
     grouped = tk.grouped_plan(dtype)
     constexprs = {"E_BLOCK": 128, "K_STEPS": 2816 // grouped["BK"], "FP32_INPUTS": dtype == torch.float32, "GATHER": True,
-                  "BM": tk.GROUPED_BLOCK_M, "BN": grouped["BN"], "BK": grouped["BK"]}
+                  "BM": grouped["BM"], "BN": grouped["BN"], "BK": grouped["BK"]}
     typed = {**signature, "x_ptr": pointer, "w_ptr": pointer, "out_ptr": pointer}
     kernel = triton.compile(ASTSource(fn=tk._grouped_kernel, signature={**typed, **dict.fromkeys(constexprs, "constexpr")},
                                       constexprs=constexprs), target=GPUTarget("cuda", 90, 32),

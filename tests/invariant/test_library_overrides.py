@@ -96,7 +96,7 @@ def test_generation_runs_under_the_overrides(tiny, monkeypatch):
     from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
 
     monkeypatch.setattr(invariant, "batch_invariant", lambda device=None: ops.library_overrides("CPU"))
-    monkeypatch.setattr(invariant, "fuses_norms", lambda model: True)  # the fused RMSNorm kernel too, as on CUDA
+    monkeypatch.setattr(invariant, "swaps_cuda_modules", lambda model: True)  # fused RMSNorms, per-canvas lm_head
     settings = BatchStudySettings(batch_sizes=[1, 2, 3], fill="mixed", mode="invariant", repeat_control="same-process",
                                   generation={"max_denoising_steps": 1})
     calls = []

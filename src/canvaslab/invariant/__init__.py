@@ -9,8 +9,8 @@
   sort (``canvaslab.invariant.ops``: torch.library overrides on CUDA, a dispatch mode on the CPU);
   attention with no batch-dependent KV split and padding dropped (``AttentionInterface``); experts
   with a stable routing sort, a grouped kernel and a fixed-order combine (``ExpertsInterface``); on
-  CUDA each RMSNorm as one fused launch, the query and key norms with their rotary embedding
-  (``canvaslab.invariant.norms``), and lm_head one cuBLAS call per canvas (``canvaslab.invariant.vocabulary``).
+  CUDA each RMSNorm as one fused launch (``canvaslab.invariant.norms``) and lm_head one cuBLAS call per
+  canvas (``canvaslab.invariant.vocabulary``).
   Sampling is made per-row by the runner's per-row random streams (``--rng row``).
 
 Every batch-invariant kernel is also a ``torch.library`` custom op (``canvaslab.invariant.custom_ops``), and
@@ -41,7 +41,7 @@ def replaced_ops(mode: str) -> list[str]:
         return ["decoder router.proj (per sequence)", "self-conditioning matmul (per row)"]
     if mode == "invariant":
         return [*REPLACED_OPS, f"attention: {attention.NAME}", f"experts: {experts.NAME}",
-                "RMSNorm: one fused kernel, with the rotary embedding for queries and keys (CUDA)",
+                "RMSNorm: one fused kernel (CUDA)",
                 "lm_head: one cuBLAS call per canvas (CUDA)", "sampling: per-row streams",
                 "denoising step: one streamed pass over the vocabulary, Philox draws (CUDA)"]
     return []
@@ -92,17 +92,17 @@ def generation_mode(model, mode: str):
         attention.register()
         experts.register()
         cuda_modules = contextlib.ExitStack()
-        if fuses_norms(model):
+        if swaps_cuda_modules(model):
             cuda_modules.enter_context(fused_rms_norms(model))
             cuda_modules.enter_context(per_canvas_lm_head(model))
         with _implementations(model, attention.NAME), batch_invariant(model.device.type), cuda_modules:
             yield
 
 
-def fuses_norms(model) -> bool:
-    """Whether invariant mode runs the model's RMSNorms as fused Triton launches (with the query and key
-    rotary embedding) and lm_head one canvas per cuBLAS call: on CUDA. The CPU path computes them with stock
-    kernels at batch-independent shapes."""
+def swaps_cuda_modules(model) -> bool:
+    """Whether invariant mode points modules at CUDA-only computations (the RMSNorms at fused Triton launches,
+    lm_head at one cuBLAS call per canvas): on CUDA. The CPU path computes them with stock kernels at
+    batch-independent shapes."""
     return model.device.type == "cuda"
 
 

@@ -166,8 +166,8 @@ def grouped_plan(dtype: torch.dtype) -> dict:
     swept gave the same bits (the K range is reduced in order whatever the tile). float32 inputs take narrower
     tiles and a shallower pipeline, so both operands' stages fit in shared memory."""
     if dtype == torch.float32:
-        return {"BN": 128, "BK": 32, "num_warps": 8, "num_stages": 2}
-    return {"BN": 256, "BK": 64, "num_warps": 8, "num_stages": 3}
+        return {"BM": GROUPED_BLOCK_M, "BN": 128, "BK": 32, "num_warps": 8, "num_stages": 2}
+    return {"BM": GROUPED_BLOCK_M, "BN": 256, "BK": 64, "num_warps": 8, "num_stages": 3}
 
 
 @triton.jit(do_not_specialize=["S"])
@@ -207,20 +207,21 @@ def _grouped_kernel(x_ptr, w_ptr, out_ptr, group_ends_ptr, tile_ends_ptr, rows_p
                  mask=(rm[:, None] < group_end) & (rn[None, :] < N))
 
 
-def expert_schedule(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def expert_schedule(counts: torch.Tensor, block_m: int = GROUPED_BLOCK_M) -> tuple[torch.Tensor, torch.Tensor]:
     """(row-group ends, row-tile ends) per expert, on the device: what ``grouped_linear`` needs to find
     each program's expert and rows. Computed once per layer for both projections."""
-    tiles = torch.div(counts + GROUPED_BLOCK_M - 1, GROUPED_BLOCK_M, rounding_mode="floor")
+    tiles = torch.div(counts + block_m - 1, block_m, rounding_mode="floor")
     return torch.cumsum(counts, 0, dtype=torch.int32), torch.cumsum(tiles, 0, dtype=torch.int32)
 
 
 def grouped_linear(x: torch.Tensor, weight: torch.Tensor, schedule: tuple[torch.Tensor, torch.Tensor],
-                   transposed: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
+                   transposed: bool = False, rows: torch.Tensor | None = None, plan: dict | None = None) -> torch.Tensor:
     """Each row of ``x`` times its expert's matrix, for rows grouped by expert (``expert_schedule``).
 
     ``weight`` is ``(E, N, K)`` as ``F.linear`` takes it, or ``(E, K, N)`` when ``transposed``. With ``rows``
     (int64), routed row r is ``x[rows[r]]`` (the gather done by the kernel's loads, the same values as
-    ``x[rows]``). The schedule stays on the device, so nothing waits for the GPU.
+    ``x[rows]``). The schedule stays on the device, so nothing waits for the GPU. ``plan`` (the tile sweep's)
+    replaces ``grouped_plan(x.dtype)``; the schedule must count tiles of its ``BM`` rows.
     """
     k = x.shape[1]
     s = rows.numel() if rows is not None else x.shape[0]
@@ -229,13 +230,13 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, schedule: tuple[torch.
     s_wk, s_wn = (weight.stride(1), weight.stride(2)) if transposed else (weight.stride(2), weight.stride(1))
     group_ends, tile_ends = schedule
     out = torch.empty((s, n), device=x.device, dtype=x.dtype)
-    plan = grouped_plan(x.dtype)
-    grid = (triton.cdiv(s, GROUPED_BLOCK_M) + e, triton.cdiv(n, plan["BN"]))  # an upper bound on the tiles
+    plan = plan or grouped_plan(x.dtype)
+    grid = (triton.cdiv(s, plan["BM"]) + e, triton.cdiv(n, plan["BN"]))  # an upper bound on the tiles
     _grouped_kernel[grid](x, weight, out, group_ends, tile_ends, rows if rows is not None else group_ends, s, n, k, e,
                           x.stride(0), x.stride(1), weight.stride(0), s_wk, s_wn, out.stride(0), out.stride(1),
                           E_BLOCK=triton.next_power_of_2(e), K_STEPS=triton.cdiv(k, plan["BK"]),
                           FP32_INPUTS=x.dtype == torch.float32, GATHER=rows is not None,
-                          BM=GROUPED_BLOCK_M, BN=plan["BN"], BK=plan["BK"], num_warps=plan["num_warps"],
+                          BM=plan["BM"], BN=plan["BN"], BK=plan["BK"], num_warps=plan["num_warps"],
                           num_stages=plan["num_stages"])
     return out
 
