@@ -6,7 +6,8 @@
    first 256 rows at B=8 are compared bit for bit with its B=1 result (the invariance a config must keep).
 3. ``cublas``: cuBLAS with a 1 KiB workspace (vLLM's Hopper recipe: no split-K) in a fresh process: every row
    block of sizes 1..16,384 at row offsets 0 and 5 against the full product, bit for bit, and its speed
-   (and the same check with the default workspace, as the control).
+   (and the same check with the default workspace, as the control). ``cublas_canvas``: the default workspace
+   on the layers' shapes at whole canvases only (256 x B rows, B = 1..128, at canvas offsets 0 and 256).
 4. ``vocab``: the sampler's vocabulary pass, the previous kernel against the current one and a bf16
    read+write copy (the memory floor), at B x 256 rows of 262,144.
 5. ``grouped``: the experts' grouped kernel under tile configurations (balanced and skewed routing).
@@ -243,7 +244,7 @@ def sweep(shapes: list[dict], batches: list[int], deadline: float, tiny: bool) -
 
 CUBLAS_CHILD = r"""
 import json, sys, statistics, torch
-shapes, batches, sizes, tiny = json.loads(sys.argv[1])
+shapes, batches, sizes, offsets, tiny = json.loads(sys.argv[1])
 dev = "cuda"
 gen = torch.Generator(device=dev).manual_seed(1)
 out = []
@@ -259,12 +260,12 @@ for entry in shapes:
         b = (torch.randn(k, n, device=dev, generator=gen) * k ** -0.5).to(torch.bfloat16)
     else:
         b = (torch.randn(n, k, device=dev, generator=gen) * k ** -0.5).to(torch.bfloat16).t()
-    top = max(sizes) + 5
+    top = max(sizes) + max(offsets)
     a = torch.randn(top, k, device=dev, generator=gen).to(torch.bfloat16)
     full = torch.mm(a, b)
     differing = []
     for m in sizes:
-        for offset in (0, 5):
+        for offset in offsets:
             if not torch.equal(torch.mm(a[offset:offset + m], b), full[offset:offset + m]):
                 differing.append([m, offset])
     times = {str(bt): ms(lambda: torch.mm(a[: bt * entry["m"]], b)) for bt in batches if bt * entry["m"] <= top}
@@ -274,7 +275,9 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def cublas_check(shapes: list[dict], batches: list[int], tiny: bool, workspace_1k: bool) -> dict:
+def cublas_check(shapes: list[dict], batches: list[int], tiny: bool, workspace_1k: bool, canvases: bool = False) -> dict:
+    """Each row block's product alone against the same rows of one product over all blocks, bit for bit; with
+    ``canvases``, blocks of whole canvases (256 x B rows, B = 1..128) at canvas-aligned offsets (0, 256)."""
     env = dict(os.environ)
     if workspace_1k:
         env["CUBLAS_WORKSPACE_CONFIG"] = ":16:8"
@@ -284,12 +287,16 @@ def cublas_check(shapes: list[dict], batches: list[int], tiny: bool, workspace_1
         env.pop("CUBLASLT_WORKSPACE_SIZE", None)
     picked = [e for e in shapes if e["z"] == 1 and e["m"] >= 8]
     sizes = [1, 2, 3, 8, 16, 64, 100, 256, 2048] if tiny else [1, 2, 3, 7, 16, 64, 100, 256, 1000, 2048, 8192, 16384]
-    done = subprocess.run([sys.executable, "-c", CUBLAS_CHILD, json.dumps([picked, batches, sizes, tiny])], env=env,
+    offsets = [0, 5]
+    if canvases:
+        sizes, offsets = [256 * b for b in (*range(1, 9), 16, 32, 48, 64, 96, 128)], [0, 256]
+        picked = [e for e in picked if e["k"] < 100_000 and e["n"] < 100_000]  # the layers: lm_head is per canvas
+    done = subprocess.run([sys.executable, "-c", CUBLAS_CHILD, json.dumps([picked, batches, sizes, offsets, tiny])], env=env,
                           capture_output=True, text=True, timeout=240)
     print(done.stdout[-3000:], done.stderr[-2000:], flush=True)
     result = next((json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)
     return {"workspace": "1 KiB (CUBLASLT_WORKSPACE_SIZE=1, CUBLAS_WORKSPACE_CONFIG=:16:8)" if workspace_1k
-            else "default", "shapes": result, "returncode": done.returncode}
+            else "default", "sizes": sizes, "offsets": offsets, "shapes": result, "returncode": done.returncode}
 
 
 # --- 4. the vocabulary pass: the previous kernel (session 5), the current one, a copy -------------------
@@ -561,6 +568,7 @@ def main() -> None:
         ("sweep", lambda: sweep(result["shapes"], batches, START + 0.5 * args.budget, args.tiny)),
         ("cublas_1k", lambda: cublas_check(result["shapes"], batches, args.tiny, True) if CUDA else "no CUDA"),
         ("cublas_default", lambda: cublas_check(result["shapes"], batches, args.tiny, False) if CUDA else "no CUDA"),
+        ("cublas_canvas", lambda: cublas_check(result["shapes"], batches, args.tiny, False, True) if CUDA else "no CUDA"),
         ("vocab", lambda: vocab(batches, 5000 if args.tiny else 262_144, 8 if args.tiny else 256, deadline)),
         ("grouped", lambda: grouped(batches, deadline, args.tiny)),
         ("canvas_cublas", lambda: canvas_cublas(batches, deadline, args.tiny)),

@@ -151,3 +151,24 @@ def test_replayed_passes_give_the_eager_generation(tiny_short_canvas, fused, mon
     assert [row.tokens for row in result.rows] == [row.tokens for row in expected.rows]
     for got, want in zip(replayed.seen, eager.seen):
         assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_self_conditioning_taken_a_few_canvases_at_a_time_gives_the_same_generation(tiny_short_canvas, fused,
+                                                                                   monkeypatch):
+    """The next pass's soft embeddings computed ``SIGNAL_CANVASES`` canvases at a time (a bounded softmax in
+    memory) give every row's passes and tokens of the whole batch at once."""
+    import canvaslab.generation.fused_step as fused_step
+
+    prompts = [tiny_short_canvas.tokenizer(text)["input_ids"] for text in ("the water", "cold river", "a man said")]
+    parts = []
+    original = fused_step._soft_embeddings
+    monkeypatch.setattr(fused_step, "_soft_embeddings", lambda logits, e: parts.append(len(logits)) or original(logits, e))
+    whole = [_run(tiny_short_canvas, prompts, row) for row in range(3)]
+    assert parts and set(parts) == {3}
+    parts.clear()
+    monkeypatch.setattr(fused_step, "SIGNAL_CANVASES", 2)
+    for row in range(3):
+        chunked = _run(tiny_short_canvas, prompts, row)
+        assert chunked[0].tokens == whole[row][0].tokens
+        assert all(all(torch.equal(a, b) for a, b in zip(pa, pb)) for pa, pb in zip(chunked[1], whole[row][1]))
+    assert set(parts) == {2, 1}

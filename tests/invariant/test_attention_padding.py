@@ -84,3 +84,25 @@ def test_a_batch_without_padding_is_one_call(monkeypatch):
     attention.invariant_attention_forward(_module(), q, k, v, mask, scaling=0.25)
     attention.invariant_attention_forward(_module(), q, k, v, None, scaling=0.25)
     assert calls == [1, 1]
+
+
+@pytest.mark.parametrize("empty", [1, 7, 40])
+def test_empty_slots_after_the_keys_are_dropped_like_padding(empty):
+    """A static cache's empty slots after the prompt and canvas (hidden from every query) leave each row the
+    bits of the same keys without them and without a mask (the dynamic cache's call), also in a batch whose
+    rows have different numbers of empty slots and left padding."""
+    q, k, v, _ = _batch([WIDTH, WIDTH - 5])
+    bidirectional = _module(causal=False)
+    expected, _ = attention.invariant_attention_forward(bidirectional, q[:1], k[:1], v[:1], None, scaling=0.25)
+    slots = torch.zeros(2, 2, empty + 3, 16)
+    slots[1, :, :3] = _rand(2, 3, 16, seed=9)  # row 1's last 3 keys: real, so it has 3 fewer empty slots
+    padded_k, padded_v = torch.cat([k, slots], 2), torch.cat([v, slots], 2)
+    mask = torch.ones(2, 1, WIDTH, WIDTH + empty + 3, dtype=torch.bool)
+    mask[0, ..., WIDTH:] = False  # row 0: `empty + 3` empty slots at the back
+    mask[1, ..., :5] = False  # row 1: 5 padded keys in front, then its keys, then `empty` empty slots
+    mask[1, ..., WIDTH + 3:] = False
+    out, _ = attention.invariant_attention_forward(bidirectional, q, padded_k, padded_v, mask, scaling=0.25)
+    assert torch.equal(out[0], expected[0])
+    row1, _ = attention.invariant_attention_forward(bidirectional, q[1:], padded_k[1:, :, 5:WIDTH + 3],
+                                                    padded_v[1:, :, 5:WIDTH + 3], None, scaling=0.25)
+    assert torch.equal(out[1], row1[0])

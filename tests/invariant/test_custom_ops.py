@@ -23,7 +23,7 @@ def test_every_kernel_is_an_op_of_the_canvaslab_namespace():
     for name in custom_ops.NAMES:
         namespace, op = name.split("::")
         assert getattr(getattr(torch.ops, namespace), op).default is not None
-    assert set(custom_ops.OPS) == {"matmul", "row_reduce", "sort", "rms_norm", "canvas_linear", "grouped_linear",
+    assert set(custom_ops.OPS) == {"matmul", "row_reduce", "sort", "rms_norm", "rms_norm_rope", "canvas_linear", "grouped_linear",
                                    "vocab_sample", "attention"}
 
 
@@ -56,6 +56,9 @@ def test_sort_grouped_linear_and_attention_ops():
 @interpreted
 def test_triton_only_ops_run_on_the_cpu_through_the_interpreter():
     torch.library.opcheck(custom_ops.rms_norm, (_randn(4, 16), _randn(16, seed=1), 1e-6), test_utils=CHECKS)
+    angles = _randn(2, 3, 16, seed=2)
+    torch.library.opcheck(custom_ops.rms_norm_rope, (_randn(2, 3, 4, 16), _randn(16, seed=1), 1e-6, angles.cos(),
+                                                     angles.sin()), test_utils=CHECKS)
     logits, seeds = _randn(2, 3, 50), torch.tensor([5, 9])
     torch.library.opcheck(custom_ops.vocab_sample, (logits, seeds, torch.tensor([0.7]), 30.0), test_utils=CHECKS)
 

@@ -232,6 +232,71 @@ def test_fused_rms_norms_swap_every_norm_and_restore_them():
     torch.testing.assert_close(fused, stock, rtol=1e-5, atol=1e-5)
 
 
+def _norm_then_eager_rotary(x, weight, eps, cos, sin):
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import apply_rotary_pos_emb
+
+    return apply_rotary_pos_emb(triton_kernels.rms_norm(x, weight, eps), cos, sin, unsqueeze_dim=2)
+
+
+@settings(max_examples=6, deadline=None)
+@given(batch=st.integers(1, 3), length=st.integers(1, 9), heads=st.integers(1, 4), d=st.sampled_from([2, 16, 64, 256]),
+       with_scale=st.booleans(), dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 99))
+def test_rms_norm_with_rope_is_the_norm_then_the_eager_rotary_ops(batch, length, heads, d, with_scale, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(batch, length, heads, d, generator=gen) * 3).to(DEVICE, dtype)
+    weight = torch.randn(d, generator=gen).to(DEVICE, dtype) if with_scale else None
+    angles = torch.randn(batch, length, d, generator=gen) * 4
+    cos, sin = angles.cos().to(DEVICE, dtype), angles.sin().to(DEVICE, dtype)
+    fused = triton_kernels.rms_norm(x, weight, 1e-6, rope=(cos, sin))
+    expected = _norm_then_eager_rotary(x, weight, 1e-6, cos, sin)
+    if dtype == torch.float32 and DEVICE == "cpu":
+        assert torch.equal(fused, expected)  # every rounding where the eager ops round
+    else:  # compiled, the kernel may contract a product and a sum into one fma, and its layout may order the
+        # norm's sum differently from the norm-only kernel; the interpreter rounds to bfloat16 its own way
+        step = 2 ** -6 if dtype == torch.bfloat16 else 1e-6
+        torch.testing.assert_close(fused.float(), expected.float(), rtol=step, atol=step)
+    assert torch.equal(fused[-1], triton_kernels.rms_norm(x[-1:], weight, 1e-6, rope=(cos[-1:], sin[-1:]))[0])
+
+
+def test_fused_attention_forward_is_transformers_forward_with_the_norms_fused(monkeypatch):
+    """The attention modules' replaced ``forward`` (norm and rotary in one launch) returns, in float32, the bits of
+    transformers' own forward with only the norms fused (on the CPU; close to them on a GPU), for encoder and
+    decoder attention, sliding and full."""
+    from canvaslab import invariant
+    from canvaslab.generation import generate
+    from canvaslab.invariant import norms
+    from canvaslab.models import anatomy, load_model
+
+    loaded = load_model("tiny", device=DEVICE)
+    attentions = {name: module for name, module in loaded.model.named_modules()
+                  if isinstance(module, (anatomy.ENCODER_ATTENTION_CLASS, anatomy.DECODER_ATTENTION_CLASS))}
+    monkeypatch.setattr(invariant, "swaps_cuda_modules", lambda model: True)
+    prompts = [loaded.tokenizer("the water in the river")["input_ids"], loaded.tokenizer("cold")["input_ids"]]
+
+    def attention_outputs():
+        seen = {name: [] for name in attentions}
+        handles = [module.register_forward_hook(lambda m, a, out, name=name: seen[name].append(out[0].clone()))
+                   for name, module in attentions.items()]
+        try:
+            generate(loaded, prompts, generation={"max_denoising_steps": 2}, mode="invariant")
+        finally:
+            for handle in handles:
+                handle.remove()
+        return seen
+
+    fused = attention_outputs()
+    monkeypatch.setattr(norms, "_fused_attention_forward", lambda module: lambda *a, **k: type(module).forward(module, *a, **k))
+    stock_forward = attention_outputs()
+    assert len(attentions) == 4 and all(fused.values())  # the encoder once, the decoder at every pass
+    for name in attentions:
+        assert [o.shape for o in fused[name]] == [o.shape for o in stock_forward[name]]
+        for a, b in zip(fused[name], stock_forward[name]):
+            if DEVICE == "cpu":  # the interpreter rounds where the eager ops round
+                assert torch.equal(a, b), name
+            else:  # compiled, the kernel may contract a product and a sum into one fma (benchmarks/rotary_probe.py)
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
+
+
 def _stock_scaled(raw: torch.Tensor, softcap: float, temperature: float) -> torch.Tensor:
     return torch.tanh(raw.float() / softcap) * softcap / temperature
 

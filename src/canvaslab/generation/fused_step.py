@@ -22,7 +22,7 @@ invariant mode) with:
   the same bits as softmax then ``.to(bfloat16)``), then the invariant matmul.
 
 At most two vocabulary-sized bfloat16 tensors per row are alive (the previous self-conditioning logits
-and the new lm_head output), plus a third, the softmax, while the decoder starts. Every vocabulary
+and the new lm_head output), plus the softmax of ``SIGNAL_CANVASES`` canvases while the decoder starts. Every vocabulary
 reduction runs in one program per position, in an order fixed by the vocabulary size, so a row's result
 does not depend on its batch. The draw and the entropy are computed differently from transformers' (other
 rounding, another random stream): invariant mode's outputs are its own, proven invariant across batch
@@ -58,14 +58,30 @@ def _temperature(logits_processor, cur_step: int) -> float | None:
     return float(torch.tensor(schedule.t_min, dtype=torch.float32) + (schedule.t_max - schedule.t_min) * step)
 
 
+# Canvases whose self-conditioning softmax is alive at once: 8 x 128 MiB at the real shapes instead of the
+# batch's (16 GiB at B=128). Each canvas's rows get the same bits in any group: both kernels are batch-invariant.
+SIGNAL_CANVASES = 8
+
+
+def _soft_embeddings(logits: torch.Tensor, embedding) -> torch.Tensor:
+    from canvaslab.invariant.triton_kernels import row_reduce
+
+    weight = embedding.weight
+    if logits.is_cuda:  # bf16 of the float32 value: .to() rounds alike, so these are the decoder's bits
+        probs = row_reduce(logits, "softmax", weight.dtype)
+    else:
+        probs = logits.softmax(dim=-1, dtype=torch.float32).to(weight.dtype)
+    # torch.matmul as the decoder calls it: the invariant mode's matmul (a Triton kernel on CUDA)
+    return torch.matmul(probs, weight) * embedding.embed_scale.to(weight.dtype)
+
+
 @contextlib.contextmanager
 def streamed_self_conditioning(model):
     """The decoder's self-conditioning input computed as softmax -> bfloat16 -> invariant matmul with no
     float32 copy of the softmax. The decoder still receives ``self_conditioning_logits`` (hooks and the
     capture recorder see them); a pre-hook takes them out and hands the soft embeddings to the
-    self-conditioning module in place of the zeros the decoder then passes it."""
-    from canvaslab.invariant.triton_kernels import row_reduce
-
+    self-conditioning module in place of the zeros the decoder then passes it. The softmax is taken
+    ``SIGNAL_CANVASES`` canvases at a time."""
     decoder = anatomy.decoder(model)
     embedding = decoder.get_submodule(anatomy.EMBEDDING)
     pending: list[torch.Tensor] = []
@@ -74,13 +90,7 @@ def streamed_self_conditioning(model):
         logits = kwargs.get("self_conditioning_logits")
         if logits is None or kwargs.get("self_conditioning_mask") is not None:
             return None
-        weight = embedding.weight
-        if logits.is_cuda:  # bf16 of the float32 value: .to() rounds alike, so these are the decoder's bits
-            probs = row_reduce(logits, "softmax", weight.dtype)
-        else:
-            probs = logits.softmax(dim=-1, dtype=torch.float32).to(weight.dtype)
-        # torch.matmul as the decoder calls it: the invariant mode's matmul (a Triton kernel on CUDA)
-        pending.append(torch.matmul(probs, weight) * embedding.embed_scale.to(weight.dtype))
+        pending.append(torch.cat([_soft_embeddings(part, embedding) for part in logits.split(SIGNAL_CANVASES)]))
         return args, {**kwargs, "self_conditioning_logits": None}
 
     def give_signal(module, args):

@@ -1,12 +1,19 @@
-"""The seeds' "copy the B1 prompt cache": encode each prompt alone, then give every row its B=1 cache.
+"""The prompt's KV cache: the seeds' "copy the B1 prompt cache", and sliding-window layers kept at their window.
 
-transformers' generate needs at least one uncached token, so the cache holds all prompt tokens but the
-last, encoded at batch size 1; the last token is encoded inside the batch by generate itself. Rows of
-different lengths are left-padded (zeros in the cache, False in the attention mask).
+Copying: encode each prompt alone, then give every row its B=1 cache. transformers' generate needs at least
+one uncached token, so the cache holds all prompt tokens but the last, encoded at batch size 1; the last token
+is encoded inside the batch by generate itself. Rows of different lengths are left-padded (zeros in the cache,
+False in the attention mask).
+
+Windows: transformers' dynamic sliding-window layer keeps the last ``sliding_window - 1`` keys and values as a
+view of the whole prompt's, so the whole prompt's stay allocated. At the real shapes with prompts of ~2,000
+tokens that is half the cache: 25 GiB of 55 at B=128 and 30 layers (``benchmarks/results/h200_s12``).
+``sliding_windows_compacted`` copies each such layer's window out as its encoder layer finishes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Callable, Sequence
 
@@ -60,3 +67,30 @@ def build_prompt_cache(model, prompts: Sequence[Sequence[int]], before_encoding:
         mask[row, cached + 1 - len(prompt):] = 1
     last_tokens = torch.tensor([[prompt[-1]] for prompt in prompts], device=model.device)
     return batched, last_tokens, mask
+
+
+def _compact(layer) -> None:
+    """The layer's keys and values in storage of their own size (a view of a longer prompt's otherwise)."""
+    for name in ("keys", "values"):
+        tensor = getattr(layer, name, None)
+        if torch.is_tensor(tensor) and tensor.untyped_storage().nbytes() > tensor.numel() * tensor.element_size():
+            setattr(layer, name, tensor.clone(memory_format=torch.contiguous_format))
+
+
+@contextlib.contextmanager
+def sliding_windows_compacted(model):
+    """For the block, each encoder attention layer's cache entry compacted right after the layer writes it (see
+    the module): the same values, the memory of the window alone. Numerically nothing changes."""
+    def compact(module, args, kwargs, output):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        layers = getattr(cache, "layers", None)
+        if layers is not None and module.layer_idx < len(layers) and getattr(layers[module.layer_idx], "is_sliding", False):
+            _compact(layers[module.layer_idx])
+
+    handles = [module.register_forward_hook(compact, with_kwargs=True) for module in model.modules()
+               if isinstance(module, anatomy.ENCODER_ATTENTION_CLASS)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

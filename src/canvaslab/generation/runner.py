@@ -22,7 +22,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation.compiled_path import invariant_compile_functions
 from canvaslab.generation.fused_step import FusedStep, streamed_self_conditioning
-from canvaslab.generation.prompt_cache import build_prompt_cache
+from canvaslab.generation.prompt_cache import build_prompt_cache, sliding_windows_compacted
 from canvaslab.generation.row_randomness import RowRandomness, request_key
 from canvaslab.generation.sampler import RowKeyedMultinomial, RowKeyedSampler
 from canvaslab.invariant import generation_mode, streams_vocabulary
@@ -285,6 +285,8 @@ def generate(
     compiled = mode == "invariant" and compiles_generate(model)
     with contextlib.ExitStack() as stack:
         stack.enter_context(generation_mode(model, mode))
+        if not compiles_generate(model):  # a static cache holds no views (and compiled code would trace the hooks)
+            stack.enter_context(sliding_windows_compacted(model))
         if mode == "invariant":
             stack.enter_context(per_row_positions(model, attention_mask, always=compiled))
         if compiled:  # transformers' compiled static-cache path, compiled with canvaslab's ops inside

@@ -41,7 +41,9 @@ def replaced_ops(mode: str) -> list[str]:
         return ["decoder router.proj (per sequence)", "self-conditioning matmul (per row)"]
     if mode == "invariant":
         return [*REPLACED_OPS, f"attention: {attention.NAME}", f"experts: {experts.NAME}",
-                "RMSNorm: one fused kernel (CUDA)",
+                "dense matmuls: cuBLAS in whole 256-row blocks for shapes a per-process check finds batch-invariant, "
+                "Triton otherwise (CUDA)",
+                "RMSNorm: one fused kernel, with the query/key rotary embedding (CUDA)",
                 "lm_head: one cuBLAS call per canvas (CUDA)", "sampling: per-row streams",
                 "denoising step: one streamed pass over the vocabulary, Philox draws (CUDA)"]
     return []

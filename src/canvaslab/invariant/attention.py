@@ -4,7 +4,9 @@ Three things can make a row's attention depend on its batch:
 
 - **Padded keys** (semantic). A left-padded row has extra, hidden keys in front; they shift every key
   block the kernel reduces over. Keys that no query of a row may see are dropped, so the row attends
-  over exactly the keys it has alone, and a mask that is then all-visible becomes ``None``.
+  over exactly the keys it has alone, and a mask that is then all-visible becomes ``None``. The same holds
+  at the back: a static cache's empty slots after the canvas are hidden keys, and dropping them makes the
+  compiled static-cache path attend over the keys the dynamic cache holds, in the same kernel call.
 - **Padded queries** (numeric). When a left-padded prompt is encoded, its padded positions are queries
   that see no key at all. PyTorch's CPU kernel changes a real query's result when such fully-masked
   queries share its call, so a row's leading queries that see no key are dropped too; their outputs
@@ -44,11 +46,13 @@ NAME = "canvaslab_invariant"
 
 
 class RowGroup(NamedTuple):
-    """Rows computed alike: leading queries and keys dropped, and whether a mask is still needed."""
+    """Rows computed alike: leading queries and keys dropped, trailing keys dropped, and whether a mask is
+    still needed."""
 
     queries_dropped: int
     keys_dropped: int
     masked: bool
+    keys_dropped_at_end: int = 0
 
 
 def _visible(mask: torch.Tensor) -> torch.Tensor:
@@ -101,22 +105,30 @@ def _hidden_prefix(seen: torch.Tensor) -> torch.Tensor:
     return (seen.cumsum(-1) == 0).sum(-1)
 
 
+def _hidden_suffix(seen: torch.Tensor) -> torch.Tensor:
+    """Per row, how many trailing entries of a ``(batch, n)`` boolean are False (a row with none True: all of
+    them, like its prefix; such a row has no real query and is never computed)."""
+    return _hidden_prefix(seen.flip(-1))
+
+
 def _compute_row_groups(mask: torch.Tensor) -> dict[RowGroup, list[int]]:
     """Rows grouped by (leading queries that see no key, leading keys no query sees, mask still needed
     after dropping both). One host sync."""
     visible = _visible(mask)
     queries, keys = visible.shape[-2], visible.shape[-1]
     query_drop = _hidden_prefix(visible.any(dim=-1).any(dim=1))
-    key_drop = _hidden_prefix(visible.any(dim=-2).any(dim=1))
+    seen_keys = visible.any(dim=-2).any(dim=1)
+    key_drop, key_drop_end = _hidden_prefix(seen_keys), _hidden_suffix(seen_keys)
+    key_drop_end = torch.where(key_drop == keys, 0, key_drop_end)  # a row that sees no key: dropped whole once
     # Dropped queries see nothing and dropped keys are seen by nothing, so the rest is all visible exactly
-    # when the count of visible pairs fills it. Hidden keys after the front (not padding) are kept and
-    # masked: dropping only a prefix keeps the key order, and such a row still matches itself alone.
-    full = visible.shape[1] * (queries - query_drop) * (keys - key_drop)
+    # when the count of visible pairs fills it. Hidden keys between visible ones are kept and masked:
+    # dropping only a prefix and a suffix keeps the key order, and such a row still matches itself alone.
+    full = visible.shape[1] * (queries - query_drop) * (keys - key_drop - key_drop_end)
     all_visible = visible.flatten(1).sum(-1) == full
     groups = defaultdict(list)
-    per_row = torch.stack([query_drop, key_drop, all_visible], 1).tolist()
-    for row, (q_drop, k_drop, whole) in enumerate(per_row):
-        groups[RowGroup(q_drop, k_drop, not whole)].append(row)
+    per_row = torch.stack([query_drop, key_drop, all_visible, key_drop_end], 1).tolist()
+    for row, (q_drop, k_drop, whole, k_drop_end) in enumerate(per_row):
+        groups[RowGroup(q_drop, k_drop, not whole, k_drop_end)].append(row)
     return dict(groups)
 
 
@@ -138,7 +150,8 @@ def _group_output(group: RowGroup, rows, query, key, value, mask, scaling) -> to
     """The group's attention over its real queries and keys; None when it has no real query."""
     if group.queries_dropped == query.shape[2] or group.keys_dropped == key.shape[2]:
         return None
-    q_part, k_part = slice(group.queries_dropped, None), slice(group.keys_dropped, None)
+    q_part = slice(group.queries_dropped, None)
+    k_part = slice(group.keys_dropped, key.shape[2] - group.keys_dropped_at_end)
     row_mask = (mask if mask.shape[0] == 1 else mask[rows])[..., q_part, k_part] if group.masked else None
     return _sdpa(query[rows][:, :, q_part], key[rows][:, :, k_part], value[rows][:, :, k_part], row_mask, scaling)
 
@@ -160,7 +173,7 @@ def rows_attention(query, key, value, attn_mask=None, scale=None):
     batch = query.shape[0]
     groups = _row_groups(attn_mask, batch)
     only = next(iter(groups)) if len(groups) == 1 else None
-    if only is not None and only.queries_dropped == only.keys_dropped == 0:  # every row whole: one call, as stock
+    if only is not None and only.queries_dropped == only.keys_dropped == only.keys_dropped_at_end == 0:  # one call, as stock
         return _sdpa(query, key, value, attn_mask if only.masked else None, scale)
     output = query.new_zeros((*query.shape[:-1], value.shape[-1]))
     for group, rows in groups.items():  # rows None: every row

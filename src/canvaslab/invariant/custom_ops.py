@@ -42,8 +42,11 @@ def _triton():
 
 @torch.library.custom_op("canvaslab::matmul", mutates_args=(), device_types="cuda")
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``a @ b (+ bias)``, 2-D or batched 3-D, with a reduction order fixed by K (``triton_kernels.matmul``)."""
-    return _triton().matmul(a, b, bias=bias)
+    """``a @ b (+ bias)``, 2-D or batched 3-D, batch-invariant: cuBLAS in whole-block calls for shapes checked
+    invariant, else the Triton kernel, whose reduction order is fixed by K (``canvaslab.invariant.cublas``)."""
+    from canvaslab.invariant import cublas
+
+    return cublas.matmul(a, b, bias=bias)
 
 
 @matmul.register_kernel("cpu")
@@ -118,6 +121,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
 
 @rms_norm.register_fake
 def _rms_norm_fake(x, weight, eps):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("canvaslab::rms_norm_rope", mutates_args=())
+def rms_norm_rope(x: torch.Tensor, weight: torch.Tensor | None, eps: float, cos: torch.Tensor,
+                  sin: torch.Tensor) -> torch.Tensor:
+    """RMSNorm over the last dim of ``(..., heads, D)``, then the rotary embedding (one angle row per position)."""
+    return _triton().rms_norm(x, weight, eps, rope=(cos, sin))
+
+
+@rms_norm_rope.register_fake
+def _rms_norm_rope_fake(x, weight, eps, cos, sin):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
@@ -207,7 +222,8 @@ def _attention_fake(query, key, value, attn_mask, scale):
     return query.new_empty((*query.shape[:-1], value.shape[-1]))
 
 
-OPS = {"matmul": matmul, "row_reduce": row_reduce, "sort": sort, "rms_norm": rms_norm, "canvas_linear": canvas_linear,
+OPS = {"matmul": matmul, "row_reduce": row_reduce, "sort": sort, "rms_norm": rms_norm, "rms_norm_rope": rms_norm_rope,
+       "canvas_linear": canvas_linear,
        "grouped_linear": grouped_linear, "vocab_sample": vocab_sample, "attention": attention}
 NAMES = tuple(f"{NAMESPACE}::{name}" for name in OPS)
 

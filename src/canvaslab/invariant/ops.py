@@ -63,7 +63,7 @@ def _mm(func, a, b):
     if not _float(a, b) or a.dim() != 2:
         return NotImplemented
     if a.is_cuda:
-        return _triton().matmul(a, b)
+        return _dense_matmul(a, b)
     return cpu.mm(func, a, b)
 
 
@@ -71,7 +71,7 @@ def _addmm(func, bias, a, b, beta=1, alpha=1):
     if not _float(a, b) or beta != 1 or alpha != 1 or bias.dim() != 1:
         return NotImplemented
     if a.is_cuda:
-        return _triton().matmul(a, b, bias=bias)
+        return _dense_matmul(a, b, bias=bias)
     return cpu.mm(aten.mm.default, a, b) + bias
 
 
@@ -203,14 +203,20 @@ def _cuda_normalise(kind):
     return kernel
 
 
+def _dense_matmul(a, b, bias=None):
+    from canvaslab.invariant import cublas  # cuBLAS where a per-shape check finds it invariant, else Triton
+
+    return cublas.matmul(a, b, bias=bias)
+
+
 def _cuda_mm(a, b):
-    return _triton().matmul(a, b)
+    return _dense_matmul(a, b)
 
 
 def _cuda_addmm(bias, a, b, *, beta=1, alpha=1):
     if beta == 1 and alpha == 1 and bias.dim() == 1:
-        return _triton().matmul(a, b, bias=bias)
-    out = _triton().matmul(a, b)
+        return _dense_matmul(a, b, bias=bias)
+    out = _dense_matmul(a, b)
     out = out if alpha == 1 else out * alpha
     return out if beta == 0 else out + (bias if beta == 1 else bias * beta)
 

@@ -366,8 +366,9 @@ def row_reduce(x: torch.Tensor, kind: str, out_dtype: torch.dtype, keepdim: bool
 
 
 @triton.jit(do_not_specialize=["R"])
-def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, R, D, s_x, s_o, eps, HAS_WEIGHT: tl.constexpr, ROWS: tl.constexpr,
-                     BLOCK: tl.constexpr, N_BLOCKS: tl.constexpr):
+def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, cos_ptr, sin_ptr, R, D, s_x, s_o, eps, HEADS,
+                     HAS_WEIGHT: tl.constexpr, ROPE: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                     N_BLOCKS: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_mask = rows < R
     x_rows = x_ptr + rows[:, None].to(tl.int64) * s_x
@@ -385,21 +386,50 @@ def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, R, D, s_x, s_o, eps, HAS_WEIGHT: tl.
         y = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32) * scale[:, None]
         if HAS_WEIGHT:
             y = y * tl.load(w_ptr + cols, mask=cols < D, other=0.0).to(tl.float32)[None, :]
-        tl.store(out_rows + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+        y = y.to(out_ptr.dtype.element_ty)
+        if ROPE:  # (y * cos) + (rotate_half(y) * sin), rounded as the eager ops round (compiled: see rms_norm)
+            half = D // 2
+            partners = tl.where(cols < half, cols + half, cols - half)
+            p = tl.load(x_rows + partners[None, :], mask=mask, other=0.0).to(tl.float32) * scale[:, None]
+            if HAS_WEIGHT:
+                p = p * tl.load(w_ptr + partners, mask=cols < D, other=0.0).to(tl.float32)[None, :]
+            p = p.to(out_ptr.dtype.element_ty).to(tl.float32)
+            rotated = tl.where(cols[None, :] < half, -p, p)
+            angles = (rows // HEADS)[:, None].to(tl.int64) * D + cols[None, :]
+            cos = tl.load(cos_ptr + angles, mask=mask, other=0.0).to(tl.float32)
+            sin = tl.load(sin_ptr + angles, mask=mask, other=0.0).to(tl.float32)
+            first = (y.to(tl.float32) * cos).to(out_ptr.dtype.element_ty).to(tl.float32)
+            second = (rotated * sin).to(out_ptr.dtype.element_ty).to(tl.float32)
+            y = (first + second).to(out_ptr.dtype.element_ty)
+        tl.store(out_rows + cols[None, :], y, mask=mask)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float,
+             rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """``x * (mean(x**2, -1) + eps) ** -0.5 * weight`` in fp32, returned in ``x``'s dtype (DiffusionGemma's
-    RMSNorm); each row reduced by the ``row_reduce`` plan, so its result does not depend on the batch."""
+    RMSNorm); each row reduced by the ``row_reduce`` plan, so its result does not depend on the batch.
+
+    With ``rope=(cos, sin)`` (each ``x.shape[:-2] + (D,)``, one angle row per position, shared by its heads:
+    ``x`` is ``(..., heads, D)``), the output is then rotated as transformers' ``apply_rotary_pos_emb`` does,
+    in the same launch and with the same roundings: the bits of the norm followed by the eager rotary ops under
+    the interpreter; compiled for a GPU, the sum and its second product become one bf16 fma, so up to one bf16
+    unit in the last place away from them (``canvaslab.invariant.norms``)."""
     d = x.shape[-1]
     if not x.is_contiguous():
         x = x.contiguous()
     rows = x.numel() // d
     out = torch.empty_like(x)
     per_program, block, warps = row_shape(d)
+    if rope is not None:
+        cos, sin = (t.expand(*x.shape[:-2], d).contiguous() for t in rope)
+        heads = x.shape[-2]
+    else:
+        cos = sin = x
+        heads = 1
     _rms_norm_kernel[(triton.cdiv(rows, per_program),)](
-        x, weight if weight is not None else x, out, rows, d, d, d, eps,
-        HAS_WEIGHT=weight is not None, ROWS=per_program, BLOCK=block, N_BLOCKS=triton.cdiv(d, block), num_warps=warps)
+        x, weight if weight is not None else x, out, cos, sin, rows, d, d, d, eps, heads,
+        HAS_WEIGHT=weight is not None, ROPE=rope is not None, ROWS=per_program, BLOCK=block,
+        N_BLOCKS=triton.cdiv(d, block), num_warps=warps)
     return out
 
 

@@ -1,0 +1,108 @@
+"""Where a batch's GPU memory goes (issue 15 point 4): the needle test's batch (one short prompt among B-1 fillers of
+1,024-2,048 tokens, encoded in the batch) generated once, with the memory allocated and the peak in each phase
+(load, encoder, every decoder pass split at lm_head) and, if it runs out of memory, the live allocations at that
+moment grouped by the line of canvaslab or transformers that made them.
+
+    python benchmarks/memory_probe.py --model real-shapes --layers 30 --device cuda --batch-size 128 --out mem.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import random
+from pathlib import Path
+
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # as benchmarks/needle.py
+
+import torch  # noqa: E402
+
+from canvaslab.generation import generate  # noqa: E402
+from canvaslab.io import write_json_atomic  # noqa: E402
+from canvaslab.models import anatomy, load_model  # noqa: E402
+from needle import NEEDLE, fillers  # noqa: E402  (benchmarks/)
+
+GIB = 2 ** 30
+
+
+class Phases:
+    """Memory at each hook and the peak since the previous one."""
+
+    def __init__(self, device):
+        self.device, self.rows = device, []
+
+    def mark(self, name: str) -> None:
+        self.rows.append({"at": name, "allocated_gib": torch.cuda.memory_allocated(self.device) / GIB,
+                          "peak_since_previous_gib": torch.cuda.max_memory_allocated(self.device) / GIB})
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+
+def hooked(model, phases: Phases) -> list:
+    encoder, decoder, head = anatomy.encoder(model), anatomy.decoder(model), anatomy.lm_head(model)
+    return [encoder.register_forward_pre_hook(lambda *_: phases.mark("before encoder")),
+            encoder.register_forward_hook(lambda *_: phases.mark("encoder")),
+            decoder.register_forward_pre_hook(lambda *_: phases.mark("before decoder pass")),
+            decoder.register_forward_hook(lambda *_: phases.mark("decoder pass (layers)")),
+            head.register_forward_hook(lambda *_: phases.mark("lm_head"))]
+
+
+def live_by_line(snapshot: dict, top: int = 30) -> list[dict]:
+    """Active blocks of a memory snapshot, summed by the innermost canvaslab/transformers frame that allocated them."""
+    sizes, counts = collections.Counter(), collections.Counter()
+    for segment in snapshot["segments"]:
+        for block in segment["blocks"]:
+            if block["state"] != "active_allocated":
+                continue
+            frames = block.get("frames") or []
+            ours = [f for f in frames if "canvaslab" in f["filename"] or "transformers" in f["filename"]]
+            key = " <- ".join(f"{Path(f['filename']).name}:{f['line']} {f['name']}" for f in ours[:3]) or "(no frame)"
+            sizes[key] += block["size"]
+            counts[key] += 1
+    return [{"gib": size / GIB, "blocks": counts[key], "where": key} for key, size in sizes.most_common(top)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="real-shapes")
+    parser.add_argument("--layers", type=int, default=30)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--mode", default="invariant")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    loaded = load_model(args.model, device=args.device, layers=args.layers)
+    phases = Phases(loaded.device)
+    phases.mark("model loaded")
+    needle = loaded.tokenizer(NEEDLE)["input_ids"]
+    others = fillers(args.batch_size - 1, loaded.model.config.text_config.vocab_size, args.seed + args.batch_size)
+    row = random.Random(args.seed + args.batch_size).randrange(args.batch_size)
+    prompts = others[:row] + [needle] + others[row:]
+    result = {"config": {**vars(args), "out": str(args.out)}, "prompt_tokens": sum(map(len, prompts)),
+              "longest_prompt": max(map(len, prompts))}
+    torch.cuda.memory._record_memory_history(max_entries=200_000)
+    handles = hooked(loaded.model, phases)
+    try:
+        generate(loaded, prompts, mode=args.mode, generation={"max_denoising_steps": args.steps})
+        result["outcome"] = "finished"
+    except torch.OutOfMemoryError as error:
+        result["outcome"] = f"out of memory: {str(error).splitlines()[0]}"
+        result["live_at_oom"] = live_by_line(torch.cuda.memory._snapshot())
+    finally:
+        for handle in handles:
+            handle.remove()
+        torch.cuda.memory._record_memory_history(enabled=None)
+    phases.mark("end")
+    result["phases"] = phases.rows
+    write_json_atomic(args.out, result)
+    for entry in result["phases"]:
+        print(entry, flush=True)
+    print(result["outcome"])
+    for entry in result.get("live_at_oom", []):
+        print(f"{entry['gib']:8.2f} GiB {entry['blocks']:5d} {entry['where']}")
+
+
+if __name__ == "__main__":
+    main()
