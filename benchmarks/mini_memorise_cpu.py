@@ -76,14 +76,14 @@ def training_examples(task: str, rng: random.Random, countries: int):
         yield draw(lambda r: arithmetic.addition(r, 2), rng, "train")
 
 
-def value_probes(tokenizer, task: str, countries: int) -> list[tuple[list[int], list[int], tuple[int, int]]]:
+def value_probes(tokenizer, task: str, countries: int, split: str = "heldout") -> list[tuple[list[int], list[int], tuple[int, int]]]:
     """(prompt ids, answer ids, value token span) for each probe: one training-phrased question per fact,
     or ADD2_PROBES held-out sums."""
     rng, probes, seen = random.Random("memorise-probes"), [], set()
     if task == "fact":
         examples, wanted, value_of = fact_questions(rng, countries), 3 * countries, lambda e: e.reference["answers"][0]
     else:
-        examples = iter(lambda: draw(lambda r: arithmetic.addition(r, 2), rng, "heldout"), None)
+        examples = iter(lambda: draw(lambda r: arithmetic.addition(r, 2), rng, split), None)
         wanted, value_of = ADD2_PROBES, lambda e: e.reference["answer"]
     while len(probes) < wanted:
         example = next(examples)
@@ -267,6 +267,9 @@ def main() -> None:
     parser.add_argument("--kept-weight", type=float, default=None)
     parser.add_argument("--pad-weight", type=float, default=None)
     parser.add_argument("--self-conditioning", type=float, default=None)
+    parser.add_argument("--probe-split", default="heldout", choices=("heldout", "train"),
+                        help="add2: score held-out sums (default) or sums of the training split (memorised?)")
+    parser.add_argument("--suffix-noise", type=float, default=None, help="NoiseSchedule.suffix_probability")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -274,7 +277,8 @@ def main() -> None:
     apply_ablation(args.ablation)
     schedule = NoiseSchedule()
     for name, value in (("kept_weight", args.kept_weight), ("pad_weight", args.pad_weight),
-                        ("self_conditioning_probability", args.self_conditioning)):
+                        ("self_conditioning_probability", args.self_conditioning),
+                        ("suffix_probability", args.suffix_noise)):
         if value is not None:
             schedule = replace(schedule, **{name: value})
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=30,
@@ -284,7 +288,7 @@ def main() -> None:
     rows = [(args.task, chat.prompt_text(e.prompt), chat.answer_text(e.answer))
             for e in (next(questions) for _ in range(args.steps * args.batch_size))]
     pool = Pool.build(tokenizer, rows, max_answer_tokens=CANVAS)
-    probes = value_probes(tokenizer, args.task, args.countries)
+    probes = value_probes(tokenizer, args.task, args.countries, args.probe_split)
     text = {**SMALL, "num_hidden_layers": args.layers}
     report = {"settings": settings.as_dict(), "model": text, "canvas_length": CANVAS, "task": args.task,
               "countries": args.countries if args.task == "fact" else None, "probes": len(probes),

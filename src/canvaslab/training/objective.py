@@ -10,6 +10,10 @@ The diffusion objective is the training-time mirror of transformers' generate lo
   a random fraction ``r ~ U(r_min, 1)`` of its positions is replaced by tokens drawn uniformly from the
   WHOLE vocabulary (unused ids included), which is what ``initialize_canvas``/``renoise_canvas`` do
   (r = 1 is the first denoising step; smaller r the later steps, where accepted tokens stay);
+- optionally (``suffix_probability``, 0 in the shipped runs), a share of rows is noised from a random cut
+  on instead, the prefix kept: the state generate reaches when an answer's easy head (a restated question,
+  keys, copied operands) is accepted and its hard tail (the sum's digits) is not, which uniform rates reach
+  rarely (for a sum's two digits after four copied operand digits, ``E[r (1 - r)^4]`` ~ 3% of rows);
 - self-conditioning: on a random half of the steps (one host-side draw per step, as in Chen et al.'s
   self-conditioning recipe: a per-row draw ran the extra pass on nearly every step, and reading a
   device draw back stalled the GPU), a first decoder pass without gradient on a noisier copy of the
@@ -48,6 +52,7 @@ class NoiseSchedule:
     t_max: float = 0.8
     pad_weight: float = 0.1
     kept_weight: float = 0.25
+    suffix_probability: float = 0.0  # rows whose canvas is noised from a random cut on (the prefix kept)
 
 
 @dataclass
@@ -71,6 +76,20 @@ def noise_canvas(canvas: torch.Tensor, rate: torch.Tensor, vocab_size: int, gene
     noised = keep < rate[:, None]
     random_tokens = torch.randint(0, vocab_size, canvas.shape, generator=generator, device=canvas.device)
     return torch.where(noised, random_tokens, canvas), noised
+
+
+def suffix_keep(keep: torch.Tensor, canvas: torch.Tensor, rate: torch.Tensor, probability: float,
+                generator: torch.Generator, pad_id: int = 0) -> torch.Tensor:
+    """``keep`` with a ``probability`` share of rows turned into suffix noise: from a cut drawn uniformly over
+    the row's answer tokens (0 .. their count) on, every position is noised at any rate; before it, none is at
+    ``rate`` and a noisier copy (a higher rate, self-conditioning's earlier pass) noises some of them."""
+    rows, length = canvas.shape
+    chosen = torch.rand(rows, generator=generator, device=canvas.device) < probability
+    answer = (canvas != pad_id).sum(1)
+    cut = (torch.rand(rows, generator=generator, device=canvas.device) * (answer + 1)).floor()
+    after = torch.arange(length, device=canvas.device)[None] >= cut[:, None]
+    prefix = rate[:, None] + (1 - rate[:, None]) * keep  # >= rate: kept now, noised by a higher rate sometimes
+    return torch.where(chosen[:, None], torch.where(after, torch.zeros_like(keep), prefix), keep)
 
 
 def decoder_logits(model, cache, batch: DiffusionBatch, canvas: torch.Tensor, **self_conditioning) -> torch.Tensor:
@@ -107,6 +126,8 @@ def diffusion_loss(model, batch: DiffusionBatch, schedule: NoiseSchedule, genera
     rows, device, vocab = batch.canvas.shape[0], batch.canvas.device, model.config.text_config.vocab_size
     rate = schedule.min_rate + (1 - schedule.min_rate) * torch.rand(rows, generator=generator, device=device)
     keep = torch.rand(batch.canvas.shape, generator=generator, device=device)
+    if schedule.suffix_probability:
+        keep = suffix_keep(keep, batch.canvas, rate, schedule.suffix_probability, generator)
     noisy, noised = noise_canvas(batch.canvas, rate, vocab, generator, keep)
     cache = encode_prefix(model, batch)
     if self_condition is None:

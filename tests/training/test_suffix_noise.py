@@ -1,0 +1,43 @@
+"""Suffix noise (``NoiseSchedule.suffix_probability``): a share of rows noised from a random cut on, the prefix
+kept, nested with self-conditioning's noisier copy; 0 leaves the objective's random draws as they were."""
+
+import torch
+
+from canvaslab.training.objective import noise_canvas, suffix_keep
+
+PAD = 0
+
+
+def _canvas(rows=400, length=16, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    answer = torch.randint(3, 16, (rows,), generator=generator)
+    canvas = torch.randint(5, 100, (rows, length), generator=generator)
+    return torch.where(torch.arange(length)[None] < answer[:, None], canvas, PAD), answer
+
+
+def test_chosen_rows_keep_a_prefix_and_noise_everything_after_the_cut():
+    canvas, answer = _canvas()
+    generator = torch.Generator().manual_seed(1)
+    rate = 0.05 + 0.95 * torch.rand(canvas.shape[0], generator=generator)
+    keep = suffix_keep(torch.rand(canvas.shape, generator=generator), canvas, rate, 0.5, generator)
+    _, noised = noise_canvas(canvas, rate, 200, generator, keep)
+    suffix_rows = 0
+    for row in range(canvas.shape[0]):
+        flags = noised[row].tolist()
+        if flags[-1] and all(flags[flags.index(True):]) and not any(flags[:flags.index(True)]):
+            suffix_rows += 1
+            assert flags.index(True) <= int(answer[row])  # the cut falls within the answer (or just after it)
+    assert 150 < suffix_rows < 260  # about half the rows (uniform rows rarely look like a suffix)
+    earlier_rate = rate + (1 - rate) * torch.rand(canvas.shape[0], generator=generator)
+    _, earlier = noise_canvas(canvas, earlier_rate, 200, generator, keep)
+    assert bool((earlier | ~noised).all())  # the noisier copy noises every position the canvas has noised
+
+
+def test_no_suffix_rows_at_probability_zero_and_the_tail_always_noised_at_one():
+    canvas, _ = _canvas()
+    generator = torch.Generator().manual_seed(2)
+    rate = torch.full((canvas.shape[0],), 0.3)
+    keep = torch.rand(canvas.shape, generator=generator)
+    assert torch.equal(suffix_keep(keep, canvas, rate, 0.0, generator), keep)
+    _, noised = noise_canvas(canvas, rate, 200, generator, suffix_keep(keep, canvas, rate, 1.0, generator))
+    assert bool(noised[:, -1].all())
