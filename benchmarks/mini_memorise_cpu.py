@@ -187,7 +187,7 @@ def train_bidirectional(model, pool: Pool, settings: TrainSettings, progress) ->
         canvas = torch.zeros((len(rows), CANVAS), dtype=torch.long)
         for r, index in enumerate(rows):
             canvas[r, : len(pool.answers[index])] = torch.tensor(pool.answers[index])
-        rate = schedule.min_rate + (1 - schedule.min_rate) * torch.rand(len(rows), generator=generator)
+        rate = schedule.rates(len(rows), generator, "cpu")
         noisy, noised = objective.noise_canvas(canvas, rate, vocab, generator)
         ids, mask, where = _joined([pool.prompts[i] for i in rows], noisy)
         logits = model(input_ids=ids, attention_mask=mask).logits[where].view(len(rows), CANVAS, -1)
@@ -269,6 +269,8 @@ def main() -> None:
     parser.add_argument("--self-conditioning", type=float, default=None)
     parser.add_argument("--probe-split", default="heldout", choices=("heldout", "train"),
                         help="add2: score held-out sums (default) or sums of the training split (memorised?)")
+    parser.add_argument("--max-rate", type=float, default=None, help="NoiseSchedule.max_rate")
+    parser.add_argument("--rate-power", type=float, default=None, help="NoiseSchedule.rate_power (> 1: more low rates)")
     parser.add_argument("--suffix-noise", type=float, default=None, help="NoiseSchedule.suffix_probability")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
@@ -278,7 +280,8 @@ def main() -> None:
     schedule = NoiseSchedule()
     for name, value in (("kept_weight", args.kept_weight), ("pad_weight", args.pad_weight),
                         ("self_conditioning_probability", args.self_conditioning),
-                        ("suffix_probability", args.suffix_noise)):
+                        ("suffix_probability", args.suffix_noise), ("max_rate", args.max_rate),
+                        ("rate_power", args.rate_power)):
         if value is not None:
             schedule = replace(schedule, **{name: value})
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=30,

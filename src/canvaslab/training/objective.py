@@ -53,6 +53,13 @@ class NoiseSchedule:
     pad_weight: float = 0.1
     kept_weight: float = 0.25
     suffix_probability: float = 0.0  # rows whose canvas is noised from a random cut on (the prefix kept)
+    max_rate: float = 1.0  # rates are min_rate + (max_rate - min_rate) * u ** rate_power, u ~ U(0, 1)
+    rate_power: float = 1.0
+
+    def rates(self, rows: int, generator: torch.Generator, device) -> torch.Tensor:
+        """One noise rate per row (uniform in [min_rate, max_rate) by default; ``rate_power`` > 1 favours low rates)."""
+        u = torch.rand(rows, generator=generator, device=device)
+        return self.min_rate + (self.max_rate - self.min_rate) * (u if self.rate_power == 1 else u ** self.rate_power)
 
 
 @dataclass
@@ -124,7 +131,7 @@ def diffusion_loss(model, batch: DiffusionBatch, schedule: NoiseSchedule, genera
     says whether the model answers rather than pads. ``self_condition``: whether this step runs the
     self-conditioning pass (the training loop draws it on the host; None draws it from ``generator``)."""
     rows, device, vocab = batch.canvas.shape[0], batch.canvas.device, model.config.text_config.vocab_size
-    rate = schedule.min_rate + (1 - schedule.min_rate) * torch.rand(rows, generator=generator, device=device)
+    rate = schedule.rates(rows, generator, device)
     keep = torch.rand(batch.canvas.shape, generator=generator, device=device)
     if schedule.suffix_probability:
         keep = suffix_keep(keep, batch.canvas, rate, schedule.suffix_probability, generator)

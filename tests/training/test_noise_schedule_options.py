@@ -1,9 +1,10 @@
-"""Suffix noise (``NoiseSchedule.suffix_probability``): a share of rows noised from a random cut on, the prefix
-kept, nested with self-conditioning's noisier copy; 0 leaves the objective's random draws as they were."""
+"""The noise schedule's options: suffix noise (``suffix_probability``: a share of rows noised from a random cut on,
+the prefix kept, nested with self-conditioning's noisier copy) and the rate distribution (``max_rate``,
+``rate_power``); their defaults leave the objective's random draws and rates as they were."""
 
 import torch
 
-from canvaslab.training.objective import noise_canvas, suffix_keep
+from canvaslab.training.objective import NoiseSchedule, noise_canvas, suffix_keep
 
 PAD = 0
 
@@ -41,3 +42,13 @@ def test_no_suffix_rows_at_probability_zero_and_the_tail_always_noised_at_one():
     assert torch.equal(suffix_keep(keep, canvas, rate, 0.0, generator), keep)
     _, noised = noise_canvas(canvas, rate, 200, generator, suffix_keep(keep, canvas, rate, 1.0, generator))
     assert bool(noised[:, -1].all())
+
+
+def test_default_rates_are_the_uniform_draw_and_the_options_reshape_it():
+    draw = lambda: torch.Generator().manual_seed(5)  # noqa: E731
+    default = NoiseSchedule().rates(10_000, draw(), "cpu")
+    assert torch.equal(default, 0.05 + (1 - 0.05) * torch.rand(10_000, generator=draw()))
+    low = NoiseSchedule(rate_power=2.0).rates(10_000, draw(), "cpu")
+    capped = NoiseSchedule(max_rate=0.5).rates(10_000, draw(), "cpu")
+    assert 0.05 <= float(low.min()) and float(low.max()) < 1 and float(low.mean()) < float(default.mean()) - 0.1
+    assert 0.05 <= float(capped.min()) and float(capped.max()) < 0.5
