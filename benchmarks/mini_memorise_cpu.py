@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import random
 import time
 from dataclasses import replace
@@ -51,7 +52,7 @@ from canvaslab.training.batches import Pool, _left_pad
 from canvaslab.training.loop import TrainSettings, train
 from canvaslab.training.objective import DiffusionBatch, NoiseSchedule, decoder_logits, encode_prefix
 from canvaslab.training.tasks import arithmetic, knowledge
-from canvaslab.training.tasks.base import draw
+from canvaslab.training.tasks.base import Example, draw
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
          "head_dim": 32, "global_head_dim": 32, "moe_intermediate_size": 32, "num_experts": 4}
@@ -69,11 +70,24 @@ def fact_questions(rng: random.Random, countries: int):
             yield example
 
 
+SUM_WIDTH = None  # --sum-format padded: 3 (every sum written with 3 digits, its units at a fixed place)
+
+
+def addition(rng: random.Random) -> Example:
+    """A 2-digit sum, as the tasks write it, or with the sum zero-padded to ``SUM_WIDTH`` digits."""
+    example = arithmetic.addition(rng, 2)
+    if SUM_WIDTH is None:
+        return example
+    total = f"{int(example.reference['answer']):0{SUM_WIDTH}d}"
+    answer = example.answer.rsplit("= ", 1)[0] + f"= {total}."
+    return dataclasses.replace(example, answer=answer, reference={"answer": total})
+
+
 def training_examples(task: str, rng: random.Random, countries: int):
     if task == "fact":
         yield from fact_questions(rng, countries)
     while True:
-        yield draw(lambda r: arithmetic.addition(r, 2), rng, "train")
+        yield draw(addition, rng, "train")
 
 
 def value_probes(tokenizer, task: str, countries: int, split: str = "heldout") -> list[tuple[list[int], list[int], tuple[int, int]]]:
@@ -83,7 +97,7 @@ def value_probes(tokenizer, task: str, countries: int, split: str = "heldout") -
     if task == "fact":
         examples, wanted, value_of = fact_questions(rng, countries), 3 * countries, lambda e: e.reference["answers"][0]
     else:
-        examples = iter(lambda: draw(lambda r: arithmetic.addition(r, 2), rng, split), None)
+        examples = iter(lambda: draw(addition, rng, split), None)
         wanted, value_of = ADD2_PROBES, lambda e: e.reference["answer"]
     while len(probes) < wanted:
         example = next(examples)
@@ -110,6 +124,14 @@ def _exact(predicted: torch.Tensor, answers, spans) -> float:
     return sum(hits) / len(hits)
 
 
+def _scores(name: str, predicted: torch.Tensor, answers, spans) -> dict:
+    """Exact value, and the share right of its last token and of the one before (a sum's units and tens digit)."""
+    def token_right(offset):
+        return sum(int(predicted[r, e - offset]) == a[e - offset] for r, (a, (_, e)) in enumerate(zip(answers, spans))) / len(spans)
+    return {name: _exact(predicted, answers, spans), f"{name}_last_token": token_right(1),
+            f"{name}_token_before_last": token_right(2)}
+
+
 def _noise(shape, vocab: int, generator: torch.Generator, mask_noise: bool) -> torch.Tensor:
     if mask_noise:
         return torch.full(shape, MASK_ID, dtype=torch.long)
@@ -127,7 +149,7 @@ def recall_causal(model, probes) -> dict:
     predicted = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
     # the logits at position t predict token t + 1: shift them onto the answer's positions
     shifted = torch.stack([predicted[r, len(p) - 1:len(p) - 1 + CANVAS] for r, (p, _, _) in enumerate(probes)])
-    return {"value_exact": _exact(shifted, [a for _, a, _ in probes], [s for _, _, s in probes])}
+    return _scores("value_exact", shifted, [a for _, a, _ in probes], [s for _, _, s in probes])
 
 
 def _canvases(probes, vocab: int, generator: torch.Generator, mask_noise: bool):
@@ -148,8 +170,8 @@ def recall_diffusion(model, probes, generator: torch.Generator, mask_noise: bool
     batch = DiffusionBatch(ids, mask, clean)
     cache = encode_prefix(model, batch)
     answers, spans = [a for _, a, _ in probes], [s for _, _, s in probes]
-    return {name: _exact(decoder_logits(model, cache, batch, canvas).argmax(-1), answers, spans)
-            for name, canvas in canvases.items()}
+    return {key: value for name, canvas in canvases.items()
+            for key, value in _scores(name, decoder_logits(model, cache, batch, canvas).argmax(-1), answers, spans).items()}
 
 
 def _joined(prompts, canvases) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -171,7 +193,7 @@ def recall_bidirectional(model, probes, generator: torch.Generator) -> dict:
     for name, canvas in canvases.items():
         ids, mask, where = _joined(prompts, canvas)
         predicted = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)[where].view(len(probes), CANVAS)
-        result[name] = _exact(predicted, answers, spans)
+        result.update(_scores(name, predicted, answers, spans))
     return result
 
 
@@ -271,10 +293,14 @@ def main() -> None:
                         help="add2: score held-out sums (default) or sums of the training split (memorised?)")
     parser.add_argument("--max-rate", type=float, default=None, help="NoiseSchedule.max_rate")
     parser.add_argument("--rate-power", type=float, default=None, help="NoiseSchedule.rate_power (> 1: more low rates)")
+    parser.add_argument("--sum-format", default="plain", choices=("plain", "padded"),
+                        help="add2: sums as written (2 or 3 digits) or zero-padded to 3 digits (units at a fixed place)")
     parser.add_argument("--suffix-noise", type=float, default=None, help="NoiseSchedule.suffix_probability")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    global SUM_WIDTH
+    SUM_WIDTH = 3 if args.sum_format == "padded" else None
     torch.set_num_threads(args.threads)
     apply_ablation(args.ablation)
     schedule = NoiseSchedule()
