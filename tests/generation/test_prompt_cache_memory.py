@@ -57,3 +57,24 @@ def test_generate_compacts_the_encoders_cache_and_removes_its_hooks(tiny):
         handle.remove()
     assert seen and max(seen) == window - 1
     assert not encoder_attention._forward_hooks
+
+
+def test_a_recorder_sees_no_compaction(tiny):
+    """Under a TorchFunctionMode (the capture recorder is one) the windows are left as transformers keeps them: the
+    copies would be recorded as the attention layer's ops in a batch of long prompts and not for a short one alone."""
+    from torch.overrides import TorchFunctionMode
+
+    class Seen(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.clones = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.clones += func is torch.Tensor.clone
+            return func(*args, **(kwargs or {}))
+
+    window = tiny.model.config.get_text_config(decoder=True).sliding_window
+    with sliding_windows_compacted(tiny.model), Seen() as seen:
+        cache = _encode(tiny.model, window + 100)
+    assert seen.clones == 0
+    assert any(_storage_rows(layer.keys) == window + 100 for layer in cache.layers if layer.is_sliding)

@@ -8,7 +8,9 @@ False in the attention mask).
 Windows: transformers' dynamic sliding-window layer keeps the last ``sliding_window - 1`` keys and values as a
 view of the whole prompt's, so the whole prompt's stay allocated. At the real shapes with prompts of ~2,000
 tokens that is half the cache: 25 GiB of 55 at B=128 and 30 layers (``benchmarks/results/h200_s12``).
-``sliding_windows_compacted`` copies each such layer's window out as its encoder layer finishes.
+``sliding_windows_compacted`` copies each such layer's window out as its encoder layer finishes (not while a
+``TorchFunctionMode`` such as the capture recorder watches, other than the row-keyed draws' own: it would record the copies as the layer's ops, in a
+batch of long prompts and not alone).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from transformers import DynamicCache
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.generation.sampler import RowKeyedMultinomial
 from canvaslab.models import anatomy
 
 
@@ -82,6 +85,8 @@ def sliding_windows_compacted(model):
     """For the block, each encoder attention layer's cache entry compacted right after the layer writes it (see
     the module): the same values, the memory of the window alone. Numerically nothing changes."""
     def compact(module, args, kwargs, output):
+        if any(not isinstance(mode, RowKeyedMultinomial) for mode in torch.overrides._get_current_function_mode_stack()):
+            return  # a recorder would see the copies as the layer's ops (the row-keyed draws' mode sees none)
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         layers = getattr(cache, "layers", None)
         if layers is not None and module.layer_idx < len(layers) and getattr(layers[module.layer_idx], "is_sliding", False):

@@ -97,12 +97,6 @@ def verdict(k: int, n: int, dtype: torch.dtype, layout: str, device: torch.devic
     return _VERDICTS[key]
 
 
-def checked_shapes() -> dict[str, bool]:
-    """The verdicts so far, for the environment record: ``"K x N dtype layout": on cuBLAS``."""
-    return {f"{k} x {n} {str(dtype).removeprefix('torch.')} {layout}": ok
-            for (k, n, dtype, layout, _), ok in sorted(_VERDICTS.items(), key=str)}
-
-
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``a @ b (+ bias)``, batch-invariant: cuBLAS in whole-block calls where ``verdict`` allows, else the
     Triton matmul (``triton_kernels.matmul``)."""
