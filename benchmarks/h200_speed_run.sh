@@ -78,7 +78,7 @@ lane_proof() {
     --batch-sizes "$needle" --mode invariant --steps 4 --out "$out/needle_6l.json"
   stage proof_6l_stock_mixed 30 study "$l6" stock_6l_mixed --mode stock --fill mixed --batch-sizes 1,2,8
   # every batch-sensitive op of one layer, stock and invariant, over B = 1..64 (the dense products' cuBLAS path too)
-  stage op_scan 100 python -m canvaslab.cli.main op-scan --model "$model" --device "$device" --mode both \
+  stage op_scan 200 python -m canvaslab.cli.main op-scan --model "$model" --device "$device" --mode both \
     --batch-sizes "1,2,3,4,5,8,16,${small##*,},$big" --out "$out/op_scan"
 }
 lane_tests() {

@@ -29,7 +29,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.generation.sampler import RowKeyedMultinomial
+from canvaslab.generation.sampler import foreign_function_modes
 from canvaslab.invariant import custom_ops
 from canvaslab.models import anatomy
 
@@ -39,8 +39,7 @@ BACKEND = None  # None: canvaslab's Inductor backend; tests set ``compiled.trace
 
 @contextlib.contextmanager
 def _function_modes_set_aside():
-    stack = torch.overrides._get_current_function_mode_stack()
-    foreign = [mode for mode in stack if not isinstance(mode, RowKeyedMultinomial)]
+    foreign = foreign_function_modes()
     if foreign:
         raise CanvaslabError(f"the compiled generate path cannot run under {type(foreign[0]).__name__}: it cannot "
                              "see inside compiled code; use the dynamic cache (cache_implementation=None)")

@@ -23,7 +23,7 @@ import torch
 from transformers import DynamicCache
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.generation.sampler import RowKeyedMultinomial
+from canvaslab.generation.sampler import foreign_function_modes
 from canvaslab.models import anatomy
 
 
@@ -85,8 +85,8 @@ def sliding_windows_compacted(model):
     """For the block, each encoder attention layer's cache entry compacted right after the layer writes it (see
     the module): the same values, the memory of the window alone. Numerically nothing changes."""
     def compact(module, args, kwargs, output):
-        if any(not isinstance(mode, RowKeyedMultinomial) for mode in torch.overrides._get_current_function_mode_stack()):
-            return  # a recorder would see the copies as the layer's ops (the row-keyed draws' mode sees none)
+        if foreign_function_modes():  # a recorder would see the copies as the layer's ops
+            return
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         layers = getattr(cache, "layers", None)
         if layers is not None and module.layer_idx < len(layers) and getattr(layers[module.layer_idx], "is_sliding", False):

@@ -88,3 +88,10 @@ class RowKeyedMultinomial(TorchFunctionMode):
                 return forward(*args, **kwargs)
 
         return without_mode
+
+
+def foreign_function_modes() -> list[TorchFunctionMode]:
+    """The active ``TorchFunctionMode``s other than ``RowKeyedMultinomial`` (the capture recorder, say): modes that
+    see every torch call, so code they watch must not change with the batch or hide inside compiled code."""
+    return [mode for mode in torch.overrides._get_current_function_mode_stack()
+            if not isinstance(mode, RowKeyedMultinomial)]

@@ -2,8 +2,8 @@
 
 cuBLAS is 20-50% faster than the Triton matmul on the layers' products at the real shapes (H200, session 6:
 e.g. K = 2,816, N = 2,112 at M = 8,192: 0.154 against 0.215 ms), but it picks its kernel from the whole
-shape: at small row counts (1-100 rows, H200, session 8) it splits the K range, and a row's bits then
-depend on how many rows share its call. At whole blocks of 256 rows it did not: every canvas-aligned block
+shape: at small row counts (1-100 rows, H200, session 8) it picks kernels that give a row other bits, so a
+row's bits then depend on how many rows share its call. At whole blocks of 256 rows it did not: every canvas-aligned block
 of 256 x B rows (B = 1..128) gave the bits of the same rows in one product over all of them, for every
 layer shape but the router's (N = 128; session 12). So here a product goes to cuBLAS only
 
@@ -13,8 +13,8 @@ layer shape but the router's (N = 128; session 12). So here a product goes to cu
 - for a (K, N, dtype, layout) whose every call size ``256 x j`` (j = 1..``MAX_ROWS`` / 256) gave, on this
   GPU, in this process, the bits of the same rows of one ``MAX_ROWS``-row product (random inputs; also
   rows at an offset inside a call): ``verdict`` checks that at the shape's first use and keeps the answer.
-  A shape that fails, a bias, a batched product, K above ``MAX_K`` (the long-K self-conditioning product:
-  cuBLAS splits K there) stay on the Triton kernel.
+  A shape that fails, a bias, a batched product, K above ``MAX_K`` (the long-K self-conditioning product,
+  whose 256-row blocks differed in session 8) stay on the Triton kernel.
 
 Every call a row can meet then computes it with the same arithmetic, whatever the batch; the proofs
 (``canvaslab batch-study``, ``benchmarks/needle.py``) check the whole model on the GPU.
@@ -39,7 +39,7 @@ def _layout(b: torch.Tensor) -> str | None:
     return None
 
 
-def _stock_mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def stock_mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     # aten.mm's out= overload: cuBLAS as stock runs it (invariant mode replaces the default overload only)
     return torch.mm(a, b, out=out)
 
@@ -60,7 +60,7 @@ def call_sizes(m: int) -> list[tuple[int, int]]:
     return calls
 
 
-def blocks_product(a: torch.Tensor, b: torch.Tensor, mm=_stock_mm) -> torch.Tensor:
+def blocks_product(a: torch.Tensor, b: torch.Tensor, mm=stock_mm) -> torch.Tensor:
     """``a @ b`` through ``mm(a_part, b, out)`` calls of whole ``ROWS``-row blocks, at most ``MAX_ROWS`` each."""
     out = a.new_empty((a.shape[0], b.shape[1]))
     for start, rows in call_sizes(a.shape[0]):
@@ -79,12 +79,12 @@ def _check(k: int, n: int, dtype: torch.dtype, layout: str, device: torch.device
     shape = (k, n) if layout == "kn" else (n, k)
     b = (torch.randn(*shape, device=device, generator=generator) * k ** -0.5).to(dtype)
     b = b if layout == "kn" else b.t()
-    full = _stock_mm(a, b, a.new_empty((MAX_ROWS, n)))
+    full = stock_mm(a, b, a.new_empty((MAX_ROWS, n)))
     for rows in range(ROWS, MAX_ROWS, ROWS):
-        if not torch.equal(_stock_mm(a[:rows], b, a.new_empty((rows, n))), full[:rows]):
+        if not torch.equal(stock_mm(a[:rows], b, a.new_empty((rows, n))), full[:rows]):
             return False
     offset = 5  # a row's bits do not depend on where in the call it sits either
-    return torch.equal(_stock_mm(a[offset:offset + ROWS], b, a.new_empty((ROWS, n))), full[offset:offset + ROWS])
+    return torch.equal(stock_mm(a[offset:offset + ROWS], b, a.new_empty((ROWS, n))), full[offset:offset + ROWS])
 
 
 def verdict(k: int, n: int, dtype: torch.dtype, layout: str, device: torch.device) -> bool:

@@ -26,10 +26,11 @@ from canvaslab.models import anatomy
 def canvas_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, weight)`` for ``x`` of shape (canvases, length, K): one GEMM call per canvas (inference:
     out= GEMMs take no gradient)."""
+    from canvaslab.invariant.cublas import stock_mm
+
     out = x.new_empty((*x.shape[:-1], weight.shape[0]))
     for canvas in range(x.shape[0]):
-        # aten.mm's out= overload: the stock GEMM (invariant mode replaces the default overload only)
-        torch.mm(x[canvas], weight.t(), out=out[canvas])
+        stock_mm(x[canvas], weight.t(), out[canvas])
     return out
 
 
