@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import random
+import re
+import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -46,8 +47,11 @@ from transformers import DiffusionGemmaForBlockDiffusion, Gemma4ForCausalLM
 from canvaslab.environment import environment_fingerprint
 from canvaslab.io import write_json_atomic
 from canvaslab.models import anatomy
+from canvaslab.models.loading import LoadedModel
 from canvaslab.models.mini import ar_sibling_config, load_mini_tokenizer, mini_config
+from canvaslab.models.presets import REAL_GENERATION_DEFAULTS
 from canvaslab.training import chat, loop, objective
+from canvaslab.training.evaluate import answer_diffusion, judge
 from canvaslab.training.batches import Pool, _left_pad
 from canvaslab.training.loop import TrainSettings, train
 from canvaslab.training.objective import DiffusionBatch, NoiseSchedule, decoder_logits, encode_prefix
@@ -70,17 +74,13 @@ def fact_questions(rng: random.Random, countries: int):
             yield example
 
 
-SUM_WIDTH = None  # --sum-format padded: 3 (every sum written with 3 digits, its units at a fixed place)
+SUM_FORMAT = "plain"  # --sum-format: how the tasks write a sum (arithmetic.SUM_FORMATS)
+DIGITS = 2  # --task add2 / add3
 
 
 def addition(rng: random.Random) -> Example:
-    """A 2-digit sum, as the tasks write it, or with the sum zero-padded to ``SUM_WIDTH`` digits."""
-    example = arithmetic.addition(rng, 2)
-    if SUM_WIDTH is None:
-        return example
-    total = f"{int(example.reference['answer']):0{SUM_WIDTH}d}"
-    answer = example.answer.rsplit("= ", 1)[0] + f"= {total}."
-    return dataclasses.replace(example, answer=answer, reference={"answer": total})
+    """A sum of two DIGITS-digit numbers, written in SUM_FORMAT by the tasks' own writer."""
+    return arithmetic.addition(rng, DIGITS, SUM_FORMAT)
 
 
 def training_examples(task: str, rng: random.Random, countries: int):
@@ -90,22 +90,38 @@ def training_examples(task: str, rng: random.Random, countries: int):
         yield draw(addition, rng, "train")
 
 
-def value_probes(tokenizer, task: str, countries: int, split: str = "heldout") -> list[tuple[list[int], list[int], tuple[int, int]]]:
+def value_probes(tokenizer, task: str, countries: int, split: str = "heldout"):
     """(prompt ids, answer ids, value token span) for each probe: one training-phrased question per fact,
-    or ADD2_PROBES held-out sums."""
-    rng, probes, seen = random.Random("memorise-probes"), [], set()
+    or ADD2_PROBES held-out sums; and the probes' examples."""
+    rng, probes, seen, chosen = random.Random("memorise-probes"), [], set(), []
     if task == "fact":
         examples, wanted, value_of = fact_questions(rng, countries), 3 * countries, lambda e: e.reference["answers"][0]
     else:
         examples = iter(lambda: draw(addition, rng, split), None)
-        wanted, value_of = ADD2_PROBES, lambda e: e.reference["answer"]
+        wanted, value_of = ADD2_PROBES, lambda e: re.findall(r"[0-9]+", e.answer)[-1]  # the sum as written
     while len(probes) < wanted:
         example = next(examples)
         if example.answer in seen:  # a fact's answer names the country, the attribute and the value
             continue
         seen.add(example.answer)
+        chosen.append(example)
         probes.append(_probe(tokenizer, example, value_of(example)))
-    return probes
+    return probes, chosen
+
+
+@torch.no_grad()
+def generated_exact(model, tokenizer, examples) -> dict:
+    """Share of the examples that canvaslab's generate (transformers' loop, the real model's sampler
+    defaults, one canvas) answers right by the study's own scorer, and the median accept calls."""
+    defaults = {key: value for key, value in REAL_GENERATION_DEFAULTS.items() if key != "eos_token_id"}
+    loaded = LoadedModel(model.eval(), tokenizer, {"kind": "toy"},
+                         {**defaults, "max_new_tokens": CANVAS, "eos_token_id": [1, 106]})
+    rows = answer_diffusion(loaded, examples, batch_size=len(examples))
+    model.train()
+    scores = [bool(judge(example, row["text"])) for example, row in zip(examples, rows)]
+    return {"generate_exact": sum(scores) / len(scores),
+            "generate_median_passes": statistics.median(row["passes"] for row in rows),
+            "generate_sample": rows[0]["text"]}
 
 
 def _probe(tokenizer, example, value: str) -> tuple[list[int], list[int], tuple[int, int]]:
@@ -275,13 +291,17 @@ def load_causal_weights(diffusion, causal) -> None:
 
 
 def main() -> None:
+    global SUM_FORMAT, DIGITS, CANVAS
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--countries", type=int, default=10)
-    parser.add_argument("--task", default="fact", choices=("fact", "add2"))
+    parser.add_argument("--task", default="fact", choices=("fact", "add2", "add3"))
+    parser.add_argument("--canvas", type=int, default=CANVAS, help="canvas length (the columns format needs ~40 for add2)")
     parser.add_argument("--layers", type=int, default=SMALL["num_hidden_layers"], help="text layers of every model")
+    parser.add_argument("--hidden", type=int, default=SMALL["hidden_size"],
+                        help="hidden size of every model (MLP 2x, experts 1/2x, heads of 32)")
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--kinds", default="diffusion,causal")
     parser.add_argument("--ablation", default="none", choices=("none", "mask-noise", "untied", "encoder-lm"))
@@ -293,14 +313,14 @@ def main() -> None:
                         help="add2: score held-out sums (default) or sums of the training split (memorised?)")
     parser.add_argument("--max-rate", type=float, default=None, help="NoiseSchedule.max_rate")
     parser.add_argument("--rate-power", type=float, default=None, help="NoiseSchedule.rate_power (> 1: more low rates)")
-    parser.add_argument("--sum-format", default="plain", choices=("plain", "padded"),
-                        help="add2: sums as written (2 or 3 digits) or zero-padded to 3 digits (units at a fixed place)")
+    parser.add_argument("--sum-format", default="plain", choices=arithmetic.SUM_FORMATS,
+                        help="add2/add3: how the sum is written (canvaslab.training.tasks.arithmetic)")
     parser.add_argument("--suffix-noise", type=float, default=None, help="NoiseSchedule.suffix_probability")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    global SUM_WIDTH
-    SUM_WIDTH = 3 if args.sum_format == "padded" else None
+    SUM_FORMAT, CANVAS = args.sum_format, args.canvas
+    DIGITS = 3 if args.task == "add3" else 2
     torch.set_num_threads(args.threads)
     apply_ablation(args.ablation)
     schedule = NoiseSchedule()
@@ -317,8 +337,9 @@ def main() -> None:
     rows = [(args.task, chat.prompt_text(e.prompt), chat.answer_text(e.answer))
             for e in (next(questions) for _ in range(args.steps * args.batch_size))]
     pool = Pool.build(tokenizer, rows, max_answer_tokens=CANVAS)
-    probes = value_probes(tokenizer, args.task, args.countries, args.probe_split)
-    text = {**SMALL, "num_hidden_layers": args.layers}
+    probes, probe_examples = value_probes(tokenizer, args.task, args.countries, args.probe_split)
+    text = {**SMALL, "num_hidden_layers": args.layers, "hidden_size": args.hidden, "intermediate_size": 2 * args.hidden,
+            "moe_intermediate_size": args.hidden // 2, "num_attention_heads": args.hidden // 32}
     report = {"settings": settings.as_dict(), "model": text, "canvas_length": CANVAS, "task": args.task,
               "countries": args.countries if args.task == "fact" else None, "probes": len(probes),
               "ablation": args.ablation, "runs": {}}
@@ -337,6 +358,8 @@ def main() -> None:
             recall = {"causal": lambda: recall_causal(model, probes),
                       "bidirectional": lambda: recall_bidirectional(model, probes, generator),
                       "diffusion": lambda: recall_diffusion(model, probes, generator, args.ablation == "mask-noise")}[kind]()
+            if kind == "diffusion" and args.task != "fact" and args.ablation != "mask-noise":
+                recall.update(generated_exact(model, tokenizer, probe_examples))
             curve.append({**entry, **recall})
             print(kind, curve[-1], flush=True)
 

@@ -26,7 +26,8 @@ from canvaslab.training import chat
 from canvaslab.training.batches import _left_pad
 from canvaslab.training.evaluate import answer_diffusion, summarize
 from canvaslab.training.objective import DiffusionBatch, decoder_logits, encode_prefix
-from canvaslab.training.tasks import Mixture
+from canvaslab.training.tasks import RUN4_STYLE, AnswerStyle, Mixture
+from canvaslab.training.tasks.arithmetic import SUM_FORMATS
 
 
 def _result_span(tokenizer, answer: list[int]) -> tuple[int, int]:
@@ -67,9 +68,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--per-task", type=int, default=48)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--sum-format", default=RUN4_STYLE.sum_format, choices=SUM_FORMATS,
+                        help="how the model was trained to write sums (the shipped mini, run 4: plain)")
     args = parser.parse_args()
     loaded = load_model(args.model, dtype="float32", device=args.device)
-    mixture, report = Mixture(None), {"model": args.model, "per_task": args.per_task, "tasks": {}}
+    mixture = Mixture(None, AnswerStyle(sum_format=args.sum_format))
+    report = {"model": args.model, "per_task": args.per_task, "sum_format": args.sum_format, "tasks": {}}
     for task in ("add2", "add3"):
         examples = mixture.heldout(task, args.per_task, 0)
         forced = teacher_forced(loaded, examples, torch.Generator().manual_seed(0))

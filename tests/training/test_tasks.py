@@ -4,15 +4,18 @@ phrasings, and every reference answer judged correct by the commit-order study's
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
+from canvaslab.errors import CanvaslabError
 from canvaslab.studies.commit_order.probes import score
 from canvaslab.studies.commit_order.probes.probe import make_probe
-from canvaslab.training.tasks import EVAL_TASKS, MIXTURE, Mixture, split_of
+from canvaslab.training.tasks import EVAL_TASKS, MIXTURE, RUN4_STYLE, AnswerStyle, Mixture, split_of
+from canvaslab.training.tasks.arithmetic import SUM_FORMATS, written_sum
 from canvaslab.training.tasks.base import TRAIN_ONLY, phrase
 from canvaslab.training.tasks.knowledge import KB_SIZE, knowledge_base
-from canvaslab.training.tasks.prose import load_passages, prepare_passages
+from canvaslab.training.tasks.prose import load_passages, prepare_passages, sentences
 
 PASSAGES = [
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
@@ -106,6 +109,70 @@ def test_reference_answers_pass_the_study_scorers(mixture, task):
         probe = make_probe(example.regime, example.key, example.prompt, example.reference)
         assert score(probe, example.answer) is True, example
         assert score(probe, "I do not know.") is False
+
+
+@pytest.mark.parametrize("sum_format", SUM_FORMATS)
+@pytest.mark.parametrize("digits", [2, 3])
+def test_every_sum_format_ends_with_the_sum_at_a_fixed_width(sum_format, digits):
+    rng = random.Random(digits)
+    for _ in range(300):
+        a, b = (rng.randint(10 ** (digits - 1), 10**digits - 1) for _ in range(2))
+        written = written_sum(a, b, digits, sum_format)
+        last = re.findall(r"[0-9]+", written)[-1]
+        assert int(last) == a + b and written.startswith(f"{a} + {b}") and written.endswith(f"{last}.")
+        assert sum_format == "plain" or len(last) == digits + 1  # units always at the same place
+
+
+def test_the_columns_format_writes_each_column_with_its_carry_units_first():
+    assert written_sum(24, 67, 2, "columns") == "24 + 67: 4 + 7 = 11, 2 + 6 + 1 = 09, so 091."
+    assert written_sum(999, 999, 3, "columns") == "999 + 999: 9 + 9 = 18, 9 + 9 + 1 = 19, 9 + 9 + 1 = 19, so 1998."
+    rng = random.Random(7)
+    for _ in range(300):
+        a, b = rng.randint(100, 999), rng.randint(100, 999)
+        columns = re.findall(r"(\d) \+ (\d)(?: \+ (\d))? = (\d\d)", written_sum(a, b, 3, "columns"))
+        assert len(columns) == 3
+        carry = 0
+        for place, (x, y, c, total) in enumerate(columns):
+            assert (int(x), int(y)) == (a // 10**place % 10, b // 10**place % 10)
+            assert int(c or 0) == carry and int(total) == int(x) + int(y) + carry
+            carry = int(total) // 10
+
+
+@pytest.mark.parametrize("sum_format", SUM_FORMATS)
+def test_the_sum_format_changes_answers_only(passages, sum_format):
+    """Prompts, held-out keys and references are the same in every format: a model trained on one is scored on
+    the same held-out prompts as one trained on another."""
+    plain, other = Mixture(passages, RUN4_STYLE), Mixture(passages, AnswerStyle(sum_format=sum_format))
+    for task in ("add2", "add3"):
+        for a, b in zip(plain.heldout(task, 20), other.heldout(task, 20)):
+            assert (a.prompt, a.key, a.reference) == (b.prompt, b.key, b.reference)
+            assert int(re.findall(r"[0-9]+", a.answer)[-1]) == int(re.findall(r"[0-9]+", b.answer)[-1])
+            full_width = len(a.reference["answer"]) > int(task[-1])  # nothing for padding to add
+            assert (a.answer == b.answer) == (sum_format == "plain" or (sum_format == "padded" and full_width))
+
+
+def test_an_unknown_answer_style_is_refused():
+    with pytest.raises(CanvaslabError, match="sum format 'roman'"):
+        AnswerStyle(sum_format="roman")
+    with pytest.raises(CanvaslabError, match="prose characters"):
+        AnswerStyle(prose_chars=-1)
+
+
+def test_prose_answers_keep_whole_sentences_up_to_the_limit(passages):
+    """At least the passage's second sentence, then whole sentences while they fit; 0 keeps the whole rest.
+    The prompt and the held-out key do not depend on the limit."""
+    second, third = sentences(PASSAGES[1])[1:]  # 109 and 46 characters: 156 together
+    whole = [Mixture(passages, RUN4_STYLE).makers["prose"](random.Random(seed)) for seed in range(8)]
+    for limit, expected in ((0, f"{second} {third}"), (1, second), (155, second), (156, f"{second} {third}")):
+        mixture = Mixture(passages, AnswerStyle(prose_chars=limit))
+        examples = [mixture.makers["prose"](random.Random(seed)) for seed in range(8)]
+        assert [(e.prompt, e.key) for e in examples] == [(e.prompt, e.key) for e in whole]
+        assert {e.answer for e in examples if e.key == whole_key(whole, second)} == {expected}
+
+
+def whole_key(examples, second: str) -> str:
+    (key,) = {e.key for e in examples if e.answer.startswith(second)}
+    return key
 
 
 def test_prose_passages_from_the_corpus_narrative_sources(tmp_path):

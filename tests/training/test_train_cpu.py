@@ -7,7 +7,7 @@ import copy
 import json
 import math
 import random
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from canvaslab.training.objective import (DiffusionBatch, NoiseSchedule, decoder
                                          encode_prefix, noise_canvas, use_autocast_experts,
                                          position_weights, weighted_canvas_loss)
 from canvaslab.training.run import RunSpec, train_models
+from canvaslab.training.tasks import AnswerStyle
 
 TOY = (("hidden_size", 32), ("intermediate_size", 64), ("num_hidden_layers", 2), ("num_attention_heads", 2),
        ("head_dim", 16), ("global_head_dim", 16), ("moe_intermediate_size", 16), ("num_experts", 4))
@@ -80,6 +81,8 @@ def test_model_card_and_loss_curve(trained):
     card = write_card(out).read_text()
     assert (out / "loss.png").stat().st_size > 1000
     assert f"{report['diffusion']['history'][-1]['loss']:.4f}" in card
+    assert report["answers"] == asdict(AnswerStyle())  # how the answers were written, on the card too
+    assert f"'sum_format': '{AnswerStyle().sum_format}'" in card
 
 
 def test_noise_is_nested_and_uniform_over_the_vocabulary():
@@ -326,3 +329,6 @@ def test_a_resumable_run_keeps_its_pool_beside_the_checkpoints_and_reloads_it(tm
     monkeypatch.undo()
     assert len(run._example_pool(other, load_mini_tokenizer())) == 41
     assert len(list((tmp_path / "checkpoints").glob("pool-*.pt"))) == 2
+    other_style = replace(spec, answers=replace(spec.answers, sum_format="columns"))
+    assert run._example_pool(other_style, load_mini_tokenizer()) != first  # sums written otherwise: a new pool
+    assert len(list((tmp_path / "checkpoints").glob("pool-*.pt"))) == 3

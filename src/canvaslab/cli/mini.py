@@ -10,6 +10,7 @@ import typer
 
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
+from canvaslab.training.tasks import AnswerStyle
 
 mini_app = typer.Typer(help="the trained miniature DiffusionGemma: prepare data, train, evaluate", no_args_is_help=True)
 app.add_typer(mini_app, name="mini")
@@ -53,6 +54,11 @@ def train(
     eval_per_task: int = typer.Option(100, "--eval-per-task", min=0, help="held-out prompts per task (0: skip)"),
     compile_parts: str = typer.Option("", "--compile", help="put parts under torch.compile: 'leaves' (norms, MLPs, "
                                       "routers: ~1.3x on an H200 after ~1.5 min) or 'layers' (~2.4x after ~6 min)"),
+    sum_format: str = typer.Option(AnswerStyle.sum_format, "--sum-format", help="how addition answers write sums: "
+                                   "'padded' (24 + 67 = 091: every digit at a fixed place), 'plain' (= 91, runs 1-4) "
+                                   "or 'columns' (the school method, units first)"),
+    prose_chars: int = typer.Option(AnswerStyle.prose_chars, "--prose-chars", help="prose answers keep whole "
+                                    "sentences up to this many characters (0: the passage's whole rest, runs 1-4)"),
 ) -> None:
     """Train `mini` and its autoregressive sibling on the same examples, then evaluate both on held-out prompts."""
     from canvaslab.models.loading import resolve_device
@@ -66,10 +72,12 @@ def train(
         raise CanvaslabError(f"--out {out} is not empty: choose a new folder (a finished run is never overwritten)")
     if compile_parts not in ("", "layers", "leaves"):
         raise CanvaslabError(f"--compile {compile_parts!r}: choose 'layers' or 'leaves'")
+    answers = AnswerStyle(sum_format, prose_chars)
     resolve_device(device)
     settings = TrainSettings(steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
                              warmup_steps=min(100, steps // 10 + 1))
-    train_models(RunSpec(out, passages_file, settings, device=device, compile_parts=compile_parts), log=typer.echo)
+    train_models(RunSpec(out, passages_file, settings, device=device, compile_parts=compile_parts, answers=answers),
+                 log=typer.echo)
     if eval_per_task:
         evaluate_models(out, passages_file, eval_per_task, device, seed=seed, log=typer.echo)
     typer.echo(f"wrote {write_card(out)}")

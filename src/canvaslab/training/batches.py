@@ -15,21 +15,22 @@ from pathlib import Path
 import torch
 
 from canvaslab.training import chat
-from canvaslab.training.tasks import Mixture
+from canvaslab.training.tasks import AnswerStyle, Mixture
 
 SHARD = 4096
 
 
-def _shard_texts(args: tuple[str | None, int, int, int]) -> list[tuple[str, str, str]]:
-    passages, seed, shard, count = args
-    mixture, rng = Mixture(passages), random.Random(f"mini-train/{seed}/{shard}")
+def _shard_texts(args: tuple[str | None, int, int, int, AnswerStyle]) -> list[tuple[str, str, str]]:
+    passages, seed, shard, count, style = args
+    mixture, rng = Mixture(passages, style), random.Random(f"mini-train/{seed}/{shard}")
     return [(e.task, chat.prompt_text(e.prompt), chat.answer_text(e.answer))
             for e in (mixture.sample(rng, "train") for _ in range(count))]
 
 
-def generate_texts(passages: Path | None, count: int, seed: int, workers: int = 1) -> list[tuple[str, str, str]]:
+def generate_texts(passages: Path | None, count: int, seed: int, workers: int = 1,
+                   style: AnswerStyle = AnswerStyle()) -> list[tuple[str, str, str]]:
     """``count`` chat-formatted training exchanges (task, prompt text, answer text), deterministic in ``seed``."""
-    jobs = [(str(passages) if passages else None, seed, shard, min(SHARD, count - shard * SHARD))
+    jobs = [(str(passages) if passages else None, seed, shard, min(SHARD, count - shard * SHARD), style)
             for shard in range((count + SHARD - 1) // SHARD)]
     if workers <= 1:
         return [row for job in jobs for row in _shard_texts(job)]

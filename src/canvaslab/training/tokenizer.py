@@ -91,10 +91,12 @@ def save(tokenizer: PreTrainedTokenizerFast, out: Path) -> None:
 
 
 def build_mini_tokenizer(passages: Path | None, out: Path, examples: int = 60_000, seed: int = 0) -> PreTrainedTokenizerFast:
-    """The shipped tokenizer's recipe: BPE on ``examples`` chat-formatted training exchanges of seed ``seed``."""
+    """The shipped tokenizer's recipe: BPE on ``examples`` chat-formatted training exchanges of seed ``seed``,
+    written as they were when it was made (runs 1-4): a later answer style trains on the same vocabulary."""
     from canvaslab.training.batches import generate_texts
+    from canvaslab.training.tasks import RUN4_STYLE
 
-    rows = generate_texts(passages, examples, seed)
+    rows = generate_texts(passages, examples, seed, style=RUN4_STYLE)
     tokenizer = train_tokenizer([prompt + answer for _, prompt, answer in rows])
     save(tokenizer, out)
     return tokenizer
