@@ -229,7 +229,7 @@ def train_bidirectional(model, pool: Pool, settings: TrainSettings, progress) ->
         noisy, noised = objective.noise_canvas(canvas, rate, vocab, generator)
         ids, mask, where = _joined([pool.prompts[i] for i in rows], noisy)
         logits = model(input_ids=ids, attention_mask=mask).logits[where].view(len(rows), CANVAS, -1)
-        loss = objective.weighted_canvas_loss(logits, canvas, noised, schedule)
+        loss = objective.weighted_canvas_loss(logits, canvas, noised, schedule, shown=noisy)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -316,6 +316,8 @@ def main() -> None:
     parser.add_argument("--sum-format", default="plain", choices=arithmetic.SUM_FORMATS,
                         help="add2/add3: how the sum is written (canvaslab.training.tasks.arithmetic)")
     parser.add_argument("--suffix-noise", type=float, default=None, help="NoiseSchedule.suffix_probability")
+    parser.add_argument("--logit-adjustment", action="store_true",
+                        help="NoiseSchedule.logit_adjustment (off in every toy result before session 13)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -327,7 +329,7 @@ def main() -> None:
     for name, value in (("kept_weight", args.kept_weight), ("pad_weight", args.pad_weight),
                         ("self_conditioning_probability", args.self_conditioning),
                         ("suffix_probability", args.suffix_noise), ("max_rate", args.max_rate),
-                        ("rate_power", args.rate_power)):
+                        ("rate_power", args.rate_power), ("logit_adjustment", args.logit_adjustment or None)):
         if value is not None:
             schedule = replace(schedule, **{name: value})
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=30,

@@ -85,8 +85,6 @@ def main() -> None:
     parser.add_argument("--stop-after", type=float, help="seconds: pause training (checkpointed) after this long")
     parser.add_argument("--sum-format", default=AnswerStyle.sum_format, choices=SUM_FORMATS,
                         help="how addition answers write sums (canvaslab.training.tasks.arithmetic)")
-    parser.add_argument("--prose-chars", type=int, default=AnswerStyle.prose_chars,
-                        help="prose answers keep whole sentences up to this many characters (0: all)")
     parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -97,7 +95,7 @@ def main() -> None:
                              warmup_steps=min(args.warmup, args.steps // 10 + 1), time_budget_s=args.time_budget)
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
                    kinds=tuple(args.kinds.split(",")), compile_parts=args.compile,
-                   answers=AnswerStyle(args.sum_format, args.prose_chars), checkpoint_dir=args.checkpoint_dir,
+                   answers=AnswerStyle(args.sum_format), checkpoint_dir=args.checkpoint_dir,
                    stop_at=None if args.stop_after is None else time.monotonic() + args.stop_after, **(TINY if args.tiny else {}))
     try:
         train_models(spec, log=lambda m: print(m, flush=True), on_saved=lambda folder: _pack_weights(folder, args.pack),

@@ -21,10 +21,9 @@ def test_train_refuses_a_non_empty_out_and_a_missing_passage_file(tmp_path):
 
 
 def test_train_refuses_an_unknown_answer_style_in_one_line(tmp_path):
-    for option, value, message in (("--sum-format", "roman", "sum format 'roman'"), ("--prose-chars", "-1", "prose")):
-        result = _run("mini", "train", "--out", str(tmp_path / "new"), "--device", "cpu", option, value)
-        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "new").exists()
+    result = _run("mini", "train", "--out", str(tmp_path / "new"), "--device", "cpu", "--sum-format", "roman")
+    assert result.returncode == 2 and "sum format 'roman'" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "new").exists()
 
 
 def test_passages_refuses_a_corpus_without_manifest(tmp_path):

@@ -15,7 +15,7 @@ from canvaslab.training.tasks import EVAL_TASKS, MIXTURE, RUN4_STYLE, AnswerStyl
 from canvaslab.training.tasks.arithmetic import SUM_FORMATS, written_sum
 from canvaslab.training.tasks.base import TRAIN_ONLY, phrase
 from canvaslab.training.tasks.knowledge import KB_SIZE, knowledge_base
-from canvaslab.training.tasks.prose import load_passages, prepare_passages, sentences
+from canvaslab.training.tasks.prose import load_passages, prepare_passages
 
 PASSAGES = [
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
@@ -154,25 +154,6 @@ def test_the_sum_format_changes_answers_only(passages, sum_format):
 def test_an_unknown_answer_style_is_refused():
     with pytest.raises(CanvaslabError, match="sum format 'roman'"):
         AnswerStyle(sum_format="roman")
-    with pytest.raises(CanvaslabError, match="prose characters"):
-        AnswerStyle(prose_chars=-1)
-
-
-def test_prose_answers_keep_whole_sentences_up_to_the_limit(passages):
-    """At least the passage's second sentence, then whole sentences while they fit; 0 keeps the whole rest.
-    The prompt and the held-out key do not depend on the limit."""
-    second, third = sentences(PASSAGES[1])[1:]  # 109 and 46 characters: 156 together
-    whole = [Mixture(passages, RUN4_STYLE).makers["prose"](random.Random(seed)) for seed in range(8)]
-    for limit, expected in ((0, f"{second} {third}"), (1, second), (155, second), (156, f"{second} {third}")):
-        mixture = Mixture(passages, AnswerStyle(prose_chars=limit))
-        examples = [mixture.makers["prose"](random.Random(seed)) for seed in range(8)]
-        assert [(e.prompt, e.key) for e in examples] == [(e.prompt, e.key) for e in whole]
-        assert {e.answer for e in examples if e.key == whole_key(whole, second)} == {expected}
-
-
-def whole_key(examples, second: str) -> str:
-    (key,) = {e.key for e in examples if e.answer.startswith(second)}
-    return key
 
 
 def test_prose_passages_from_the_corpus_narrative_sources(tmp_path):

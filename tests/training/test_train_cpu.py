@@ -26,7 +26,7 @@ from canvaslab.training.batches import Pool
 from canvaslab.training.loop import TrainSettings, train
 from canvaslab.training.objective import (DiffusionBatch, NoiseSchedule, decoder_logits, diffusion_loss,
                                          encode_prefix, noise_canvas, use_autocast_experts,
-                                         position_weights, weighted_canvas_loss)
+                                         position_weights, weight_logit_offsets, weighted_canvas_loss)
 from canvaslab.training.run import RunSpec, train_models
 from canvaslab.training.tasks import AnswerStyle
 
@@ -169,6 +169,44 @@ def test_position_weights_favour_noised_answer_tokens():
     noised = torch.tensor([[True, False, True, False]])
     weights = position_weights(canvas, noised, schedule)
     torch.testing.assert_close(weights, torch.tensor([[1.0, 0.25, 0.1, 0.025]]))
+
+
+def _fitted_probabilities(schedule: NoiseSchedule, shown: int, targets: list[int], noised: list[bool]) -> torch.Tensor:
+    """Free logits for one input (every row shows the same token at its one position) fitted to the rows'
+    targets by minimising the weighted canvas loss: what a model converges to on an ambiguous input."""
+    logits = torch.zeros(5, requires_grad=True)
+    optimizer = torch.optim.Adam([logits], lr=0.05)
+    canvas, flags = torch.tensor(targets)[:, None], torch.tensor(noised)[:, None]
+    for _ in range(2000):
+        loss = weighted_canvas_loss(logits.expand(len(targets), 1, 5), canvas, flags, schedule,
+                                    shown=torch.full_like(canvas, shown))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return logits.detach().softmax(-1)
+
+
+@pytest.mark.parametrize("adjusted", [False, True])
+def test_the_loss_weights_bias_predictions_unless_the_logits_are_adjusted(adjusted):
+    """Half the rows want <pad>, half a word, on the same input: the weighted loss alone is minimised by
+    P(pad) = 0.1 / 1.1 (pad_weight 0.1), with logit adjustment by the rows' own 1/2. Likewise a position that
+    shows the token it keeps half the time: 0.25 / 1.25 without, 1/2 with."""
+    schedule = NoiseSchedule(pad_weight=0.1, kept_weight=0.25, logit_adjustment=adjusted)
+    pad_or_word = _fitted_probabilities(schedule, shown=4, targets=[0, 3], noised=[True, True])
+    assert abs(float(pad_or_word[0]) - (0.5 if adjusted else 0.1 / 1.1)) < 0.01
+    kept_or_not = _fitted_probabilities(schedule, shown=3, targets=[3, 2], noised=[False, True])
+    assert abs(float(kept_or_not[3]) - (0.5 if adjusted else 0.25 / 1.25)) < 0.01
+
+
+def test_logit_offsets_undo_what_they_add():
+    schedule, logits = NoiseSchedule(), torch.randn(2, 6, 50)
+    shown = torch.randint(0, 50, (2, 6))
+    torch.testing.assert_close(weight_logit_offsets(weight_logit_offsets(logits, shown, schedule), shown, schedule, -1),
+                               logits)
+    offsets = weight_logit_offsets(torch.zeros(1, 2, 50), torch.tensor([[0, 7]]), schedule)
+    assert math.isclose(float(offsets[0, 0, 0]), math.log(0.1 * 0.25), rel_tol=1e-5)  # shows <pad>: both weights
+    assert math.isclose(float(offsets[0, 1, 7]), math.log(0.25), rel_tol=1e-5)
+    assert math.isclose(float(offsets[0, 1, 0]), math.log(0.1), rel_tol=1e-5) and float(offsets[0, 1, 3]) == 0.0
 
 
 @pytest.mark.slow

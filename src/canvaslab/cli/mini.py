@@ -57,8 +57,6 @@ def train(
     sum_format: str = typer.Option(AnswerStyle.sum_format, "--sum-format", help="how addition answers write sums: "
                                    "'padded' (24 + 67 = 091: every digit at a fixed place), 'plain' (= 91, runs 1-4) "
                                    "or 'columns' (the school method, units first)"),
-    prose_chars: int = typer.Option(AnswerStyle.prose_chars, "--prose-chars", help="prose answers keep whole "
-                                    "sentences up to this many characters (0: the passage's whole rest, runs 1-4)"),
 ) -> None:
     """Train `mini` and its autoregressive sibling on the same examples, then evaluate both on held-out prompts."""
     from canvaslab.models.loading import resolve_device
@@ -72,7 +70,7 @@ def train(
         raise CanvaslabError(f"--out {out} is not empty: choose a new folder (a finished run is never overwritten)")
     if compile_parts not in ("", "layers", "leaves"):
         raise CanvaslabError(f"--compile {compile_parts!r}: choose 'layers' or 'leaves'")
-    answers = AnswerStyle(sum_format, prose_chars)
+    answers = AnswerStyle(sum_format)
     resolve_device(device)
     settings = TrainSettings(steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
                              warmup_steps=min(100, steps // 10 + 1))

@@ -80,8 +80,8 @@ def write_card(run_dir: Path) -> Path:
         f"warm-up {settings['warmup_steps']} steps, seed {settings['seed']}",
         f"- example pool: {training['pool_examples']:,} examples, {training['pool_tokens']:,} tokens",
         f"- mixture (examples per task): {training['mixture_counts']}",
-        # training.json of runs 1-4 predates the answer style: they wrote sums plainly and prose to the passage's end
-        f"- answers: {training.get('answers', {'sum_format': 'plain', 'prose_chars': 0})} (tasks.AnswerStyle)",
+        # training.json of runs 1-4 predates the answer style: they wrote sums plainly
+        f"- answers: {training.get('answers', {'sum_format': 'plain'})} (tasks.AnswerStyle)",
     ]
     if "autoregressive" not in models:
         lines.append("- autoregressive sibling: not trained in this run")

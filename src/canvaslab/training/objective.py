@@ -28,6 +28,12 @@ The diffusion objective is the training-time mirror of transformers' generate lo
   which only need copying) would make up most of the loss and the answer itself would barely be
   trained. Positions whose target is ``<pad>`` weigh ``pad_weight``, positions left clean weigh
   ``kept_weight``, noised answer tokens weigh 1.
+- those weights depend on the target, which the model cannot see (uniform noise leaves no mark on a noised
+  position, and where an answer ends is often uncertain), so a weighted cross-entropy is minimised by
+  q(y | x) proportional to w(y, x) p(y | x): the model learns to give ``<pad>`` 1 / pad_weight times and the
+  token a position shows 1 / kept_weight times too little probability. With ``logit_adjustment`` (off up to
+  run 4) the loss reads the logits plus log w of each candidate (logit adjustment, Menon et al. 2021), whose
+  minimiser is p itself: the weights still say where the gradient goes, and no longer bias what is predicted.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class NoiseSchedule:
     suffix_probability: float = 0.0  # rows whose canvas is noised from a random cut on (the prefix kept)
     max_rate: float = 1.0  # rates are min_rate + (max_rate - min_rate) * u ** rate_power, u ~ U(0, 1)
     rate_power: float = 1.0
+    # the loss reads the logits plus log w of each candidate, so that the weights do not bias the prediction
+    logit_adjustment: bool = False
 
     def rates(self, rows: int, generator: torch.Generator, device) -> torch.Tensor:
         """One noise rate per row (uniform in [min_rate, max_rate) by default; ``rate_power`` > 1 favours low rates)."""
@@ -118,6 +126,20 @@ def encode_prefix(model, batch: DiffusionBatch) -> DynamicCache:
     return cache
 
 
+def weight_logit_offsets(logits: torch.Tensor, shown: torch.Tensor, schedule: NoiseSchedule, sign: float = 1.0,
+                         pad_id: int = 0) -> torch.Tensor:
+    """``logits`` plus ``sign`` x log w of each candidate token: log ``pad_weight`` at ``<pad>``, log
+    ``kept_weight`` at the token each position shows (``shown``, the decoder's input: a target equal to it is,
+    but for a noise draw that hit it, a kept position). +1 is the training loss's logit adjustment; -1 undoes,
+    on a model trained without it, the bias the weights put into its predictions."""
+    offsets = torch.zeros(logits.shape[-1], dtype=logits.dtype, device=logits.device)
+    offsets[pad_id] = sign * torch.log(torch.tensor(schedule.pad_weight)).item()
+    adjusted = logits + offsets
+    kept = torch.full((*shown.shape, 1), sign * torch.log(torch.tensor(schedule.kept_weight)).item(),
+                      dtype=logits.dtype, device=logits.device)
+    return adjusted.scatter_add(-1, shown[..., None], kept)
+
+
 def position_weights(canvas: torch.Tensor, noised: torch.Tensor, schedule: NoiseSchedule, pad_id: int = 0) -> torch.Tensor:
     """The loss weight of each canvas position: 1 for a noised answer token, less for pad and kept ones."""
     weights = torch.where(canvas == pad_id, schedule.pad_weight, 1.0)
@@ -150,14 +172,21 @@ def diffusion_loss(model, batch: DiffusionBatch, schedule: NoiseSchedule, genera
         embed_dtype = anatomy.self_conditioning_embedding(model).dtype
         self_conditioning = {"self_conditioning_logits": previous.to(embed_dtype)}
     logits = decoder_logits(model, cache, batch, noisy, **self_conditioning)
-    return weighted_canvas_loss(logits, batch.canvas, noised, schedule, metrics)
+    return weighted_canvas_loss(logits, batch.canvas, noised, schedule, metrics, shown=noisy)
 
 
 def weighted_canvas_loss(logits: torch.Tensor, canvas: torch.Tensor, noised: torch.Tensor, schedule: NoiseSchedule,
-                         metrics: dict | None = None) -> torch.Tensor:
+                         metrics: dict | None = None, shown: torch.Tensor | None = None) -> torch.Tensor:
     """Cross-entropy against the clean canvas, weighted by ``position_weights``; ``metrics`` (optional)
-    receives loss and argmax accuracy over the noised answer tokens alone."""
-    losses = F.cross_entropy(logits.float().flatten(0, 1), canvas.reshape(-1), reduction="none").view(canvas.shape)
+    receives loss and argmax accuracy over the noised answer tokens alone (of the logits as predicted).
+    With ``schedule.logit_adjustment`` the cross-entropy reads ``weight_logit_offsets`` of the logits, which
+    needs the canvas the model was shown."""
+    scored = logits.float()
+    if schedule.logit_adjustment:
+        if shown is None:
+            raise ValueError("logit adjustment needs the canvas the model was shown")
+        scored = weight_logit_offsets(scored, shown, schedule)
+    losses = F.cross_entropy(scored.flatten(0, 1), canvas.reshape(-1), reduction="none").view(canvas.shape)
     weights = position_weights(canvas, noised, schedule)
     if metrics is not None:
         with torch.no_grad():

@@ -52,7 +52,7 @@ class RunSpec:
     canvas_length: int = 128
     kinds: tuple[str, ...] = ("diffusion", "causal")
     compile_parts: str = ""  # "", "layers" or "leaves": what loop.compile_parts puts under torch.compile
-    answers: AnswerStyle = AnswerStyle()  # how the training answers are written (sums, prose length)
+    answers: AnswerStyle = AnswerStyle()  # how the training answers are written (sums)
     # Resumable training: each model's state is checkpointed in this folder, and a rerun with the same
     # spec goes on from there; past ``stop_at`` (time.monotonic()) training pauses (TrainingPaused).
     checkpoint_dir: Path | None = None

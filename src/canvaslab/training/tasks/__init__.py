@@ -31,19 +31,14 @@ class AnswerStyle:
     trained in different styles are scored on the same held-out prompts."""
 
     sum_format: str = "padded"  # arithmetic.SUM_FORMATS: "padded" puts every digit of a sum at a fixed place
-    # A prose answer keeps whole sentences of the passage's rest up to this many characters (at least one;
-    # 0: all of it). Run 4 committed a median 69 of its 116-token prose answers within the 48-pass budget.
-    prose_chars: int = 280
 
     def __post_init__(self) -> None:
         if self.sum_format not in arithmetic.SUM_FORMATS:
             raise CanvaslabError(f"sum format {self.sum_format!r} is not one of: {', '.join(arithmetic.SUM_FORMATS)}")
-        if self.prose_chars < 0:
-            raise CanvaslabError(f"prose characters must be 0 (no limit) or more, got {self.prose_chars}")
 
 
 # The style runs 1-4 were trained in, the shipped `mini` among them.
-RUN4_STYLE = AnswerStyle(sum_format="plain", prose_chars=0)
+RUN4_STYLE = AnswerStyle(sum_format="plain")
 
 
 class Mixture:
@@ -62,7 +57,7 @@ class Mixture:
         }
         if passages is not None:
             texts = prose.load_passages(str(passages))
-            self.makers["prose"] = lambda rng: prose.continuation(rng, texts, style.prose_chars)
+            self.makers["prose"] = lambda rng: prose.continuation(rng, texts)
         self.tasks = [task for task in MIXTURE if task in self.makers]
         self.weights = [MIXTURE[task] for task in self.tasks]
 

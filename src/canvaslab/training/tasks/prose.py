@@ -79,17 +79,11 @@ def load_passages(path: str) -> tuple[str, ...]:
     return tuple(line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip())
 
 
-def continuation(rng: random.Random, passages: tuple[str, ...], max_chars: int = 0) -> Example:
-    """The passage's first sentence as the prompt, the next ones as the answer: whole sentences up to
-    ``max_chars`` characters (at least one; 0: all of the rest)."""
+def continuation(rng: random.Random, passages: tuple[str, ...]) -> Example:
+    """The passage's first sentence as the prompt, the rest as the answer."""
     passage = rng.choice(passages)
     sents = sentences(passage)
-    opening, kept = sents[0], sents[1:2]
-    for sentence in sents[2:]:
-        if max_chars and len(" ".join([*kept, sentence])) > max_chars:
-            break
-        kept.append(sentence)
-    rest = " ".join(kept)
+    opening, rest = sents[0], " ".join(sents[1:])
     prompt, _ = phrase(rng, rng.choice(CORES).format(s=opening), lowercase=False)
     key = "prose:" + hashlib.sha256(passage.encode("utf-8")).hexdigest()[:16]
     return Example("prose", "open_ended", key, prompt, rest, {"reference_continuation": rest})
