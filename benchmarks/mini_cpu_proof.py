@@ -27,8 +27,9 @@ from canvaslab.training import chat
 from canvaslab.training.batches import Pool
 from canvaslab.training.evaluate import answer_diffusion, summarize
 from canvaslab.training.loop import TrainSettings, train
+from canvaslab.training.objective import NoiseSchedule
 from canvaslab.training.run import _save, diffusion_generation_config
-from canvaslab.training.tasks import Mixture
+from canvaslab.training.tasks import RUN4_STYLE, Mixture
 from canvaslab.training.tasks.base import draw
 
 SMALL = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -49,13 +50,13 @@ def main() -> None:
     torch.manual_seed(0)
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=30,
                              log_every=50)
-    schedule = settings.schedule
+    schedule = NoiseSchedule()  # the objective of runs 1-4, which this check's result was made with
     if args.pad_weight is not None:
         schedule = replace(schedule, pad_weight=args.pad_weight)
     if args.kept_weight is not None:
         schedule = replace(schedule, kept_weight=args.kept_weight)
     settings = replace(settings, schedule=schedule)
-    mixture, rng, tokenizer = Mixture(None), random.Random("cpu-proof"), load_mini_tokenizer()
+    mixture, rng, tokenizer = Mixture(None, RUN4_STYLE), random.Random("cpu-proof"), load_mini_tokenizer()
     rows = [(e.task, chat.prompt_text(e.prompt), chat.answer_text(e.answer))
             for e in (draw(mixture.makers[args.task], rng, "train") for _ in range(args.steps * args.batch_size))]
     pool = Pool.build(tokenizer, rows, max_answer_tokens=64)

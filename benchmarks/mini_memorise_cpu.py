@@ -15,6 +15,10 @@ per country, each asked in a training phrasing) each model gets exactly right, t
   stack with bidirectional attention over prompt + answer (LLaDA-style), the answer noised as in the
   diffusion objective (same rates, weights and noise), scored like ``diffusion``.
 
+``--task prose --passages FILE`` trains on prose continuations (the passage file of ``canvaslab mini
+passages``) and reports where the generated prose ends (``generated_ending``): does the model place its end
+near the references' length, or fill the canvas as run 4's `mini` does?
+
 ``--task add2`` asks 2-digit sums instead (all operand pairs of the training split, any phrasing) and
 scores 60 held-out sums, pairs never seen in training, the same ways: the value is the sum's digits. Run 4's
 `mini` learned the facts with more steps but not the sums; this asks whether that holds at toy size.
@@ -51,11 +55,11 @@ from canvaslab.models.loading import LoadedModel
 from canvaslab.models.mini import ar_sibling_config, load_mini_tokenizer, mini_config
 from canvaslab.models.presets import REAL_GENERATION_DEFAULTS
 from canvaslab.training import chat, loop, objective
-from canvaslab.training.evaluate import answer_diffusion, judge
+from canvaslab.training.evaluate import answer_diffusion, english_fraction, judge
 from canvaslab.training.batches import Pool, _left_pad
 from canvaslab.training.loop import TrainSettings, train
 from canvaslab.training.objective import DiffusionBatch, NoiseSchedule, decoder_logits, encode_prefix
-from canvaslab.training.tasks import arithmetic, knowledge
+from canvaslab.training.tasks import RUN4_STYLE, Mixture, arithmetic, knowledge
 from canvaslab.training.tasks.base import Example, draw
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -83,11 +87,12 @@ def addition(rng: random.Random) -> Example:
     return arithmetic.addition(rng, DIGITS, SUM_FORMAT)
 
 
-def training_examples(task: str, rng: random.Random, countries: int):
+def training_examples(task: str, rng: random.Random, countries: int, prose_mixture: Mixture | None = None):
     if task == "fact":
         yield from fact_questions(rng, countries)
+    make = prose_mixture.makers["prose"] if task == "prose" else addition
     while True:
-        yield draw(addition, rng, "train")
+        yield draw(make, rng, "train")
 
 
 def value_probes(tokenizer, task: str, countries: int, split: str = "heldout"):
@@ -109,15 +114,36 @@ def value_probes(tokenizer, task: str, countries: int, split: str = "heldout"):
     return probes, chosen
 
 
-@torch.no_grad()
-def generated_exact(model, tokenizer, examples) -> dict:
-    """Share of the examples that canvaslab's generate (transformers' loop, the real model's sampler
-    defaults, one canvas) answers right by the study's own scorer, and the median accept calls."""
+def _generated(model, tokenizer, examples) -> list[dict]:
+    """canvaslab's generate (transformers' loop, the real model's sampler defaults, one canvas) on ``examples``."""
     defaults = {key: value for key, value in REAL_GENERATION_DEFAULTS.items() if key != "eos_token_id"}
     loaded = LoadedModel(model.eval(), tokenizer, {"kind": "toy"},
                          {**defaults, "max_new_tokens": CANVAS, "eos_token_id": [1, 106]})
     rows = answer_diffusion(loaded, examples, batch_size=len(examples))
     model.train()
+    return rows
+
+
+@torch.no_grad()
+def generated_ending(model, tokenizer, examples, passages) -> dict:
+    """Where generated prose ends: median answer tokens (the held-out references' median beside it), the share
+    of answers that end inside the canvas, median accept calls and the English-word share."""
+    rows = _generated(model, tokenizer, examples)
+    lengths = [CANVAS if row["eos_position"] is None else row["eos_position"] for row in rows]
+    references = [len(tokenizer(e.answer, add_special_tokens=False)["input_ids"]) for e in examples]
+    return {"generate_median_answer_tokens": statistics.median(lengths),
+            "reference_median_answer_tokens": statistics.median(references),
+            "generate_ended_share": sum(row["eos_position"] is not None for row in rows) / len(rows),
+            "generate_median_passes": statistics.median(row["passes"] for row in rows),
+            "generate_english_share": statistics.fmean(english_fraction(row["text"], passages) for row in rows),
+            "generate_sample": rows[0]["text"]}
+
+
+@torch.no_grad()
+def generated_exact(model, tokenizer, examples) -> dict:
+    """Share of the examples that canvaslab's generate answers right by the study's own scorer, and the
+    median accept calls."""
+    rows = _generated(model, tokenizer, examples)
     scores = [bool(judge(example, row["text"])) for example, row in zip(examples, rows)]
     return {"generate_exact": sum(scores) / len(scores),
             "generate_median_passes": statistics.median(row["passes"] for row in rows),
@@ -297,7 +323,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--countries", type=int, default=10)
-    parser.add_argument("--task", default="fact", choices=("fact", "add2", "add3"))
+    parser.add_argument("--task", default="fact", choices=("fact", "add2", "add3", "prose"))
+    parser.add_argument("--passages", type=Path, help="--task prose: the passage file (`canvaslab mini passages`)")
     parser.add_argument("--canvas", type=int, default=CANVAS, help="canvas length (the columns format needs ~40 for add2)")
     parser.add_argument("--layers", type=int, default=SMALL["num_hidden_layers"], help="text layers of every model")
     parser.add_argument("--hidden", type=int, default=SMALL["hidden_size"],
@@ -335,11 +362,15 @@ def main() -> None:
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=30,
                              log_every=args.eval_every, schedule=schedule)
     tokenizer = load_mini_tokenizer()
-    questions = training_examples(args.task, random.Random("memorise-train"), args.countries)
+    prose_mixture = Mixture(args.passages, RUN4_STYLE) if args.task == "prose" else None
+    questions = training_examples(args.task, random.Random("memorise-train"), args.countries, prose_mixture)
     rows = [(args.task, chat.prompt_text(e.prompt), chat.answer_text(e.answer))
             for e in (next(questions) for _ in range(args.steps * args.batch_size))]
     pool = Pool.build(tokenizer, rows, max_answer_tokens=CANVAS)
-    probes, probe_examples = value_probes(tokenizer, args.task, args.countries, args.probe_split)
+    if args.task == "prose":  # no value to score: where the generated prose ends, through generate
+        probes, probe_examples = [], prose_mixture.heldout("prose", ADD2_PROBES, 0)
+    else:
+        probes, probe_examples = value_probes(tokenizer, args.task, args.countries, args.probe_split)
     text = {**SMALL, "num_hidden_layers": args.layers, "hidden_size": args.hidden, "intermediate_size": 2 * args.hidden,
             "moe_intermediate_size": args.hidden // 2, "num_attention_heads": args.hidden // 32}
     report = {"settings": settings.as_dict(), "model": text, "canvas_length": CANVAS, "task": args.task,
@@ -356,6 +387,10 @@ def main() -> None:
         curve, started = [], time.perf_counter()
 
         def evaluate(entry, model=model, kind=kind, curve=curve):
+            if args.task == "prose":
+                curve.append({**entry, **generated_ending(model, tokenizer, probe_examples, args.passages)})
+                print(kind, curve[-1], flush=True)
+                return
             generator = torch.Generator().manual_seed(1)
             recall = {"causal": lambda: recall_causal(model, probes),
                       "bidirectional": lambda: recall_bidirectional(model, probes, generator),

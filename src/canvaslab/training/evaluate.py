@@ -49,12 +49,14 @@ def _chunks(items: Sequence, size: int):
 
 
 def answer_diffusion(loaded, examples: Sequence[Example], *, batch_size: int = 64, seed: int = 0) -> list[dict]:
-    """Generate every example's answer with the model's defaults; text and decoder passes (accept calls)."""
+    """Generate every example's answer with the model's defaults; text, decoder passes (accept calls) and where
+    the answer's end-of-sequence token stands (None: it never ended)."""
     rows = []
     for chunk in _chunks(examples, batch_size):
         prompts = [encode_prompt(loaded.tokenizer, e.prompt) for e in chunk]
         output = generate(loaded, prompts, seed=seed)
-        rows += [{"text": r.text, "passes": sum(r.passes), "canvases": len(r.passes)} for r in output.rows]
+        rows += [{"text": r.text, "passes": sum(r.passes), "canvases": len(r.passes), "eos_position": r.eos_position}
+                 for r in output.rows]
     return rows
 
 
