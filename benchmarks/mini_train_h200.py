@@ -86,8 +86,8 @@ def main() -> None:
     parser.add_argument("--stop-after", type=float, help="seconds: pause training (checkpointed) after this long")
     parser.add_argument("--sum-format", default=AnswerStyle.sum_format, choices=SUM_FORMATS,
                         help="how addition answers write sums (canvaslab.training.tasks.arithmetic)")
-    parser.add_argument("--no-logit-adjustment", action="store_true",
-                        help="train with the loss weights biasing predictions, as runs 1-4 did")
+    parser.add_argument("--logit-adjustment", action="store_true",
+                        help="NoiseSchedule.logit_adjustment: the loss weights no longer bias the predictions")
     parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -96,8 +96,8 @@ def main() -> None:
         print(f"steps from {args.steps_from}: {args.steps}", flush=True)
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
                              warmup_steps=min(args.warmup, args.steps // 10 + 1), time_budget_s=args.time_budget)
-    if args.no_logit_adjustment:
-        settings = replace(settings, schedule=replace(settings.schedule, logit_adjustment=False))
+    if args.logit_adjustment:
+        settings = replace(settings, schedule=replace(settings.schedule, logit_adjustment=True))
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
                    kinds=tuple(args.kinds.split(",")), compile_parts=args.compile,
                    answers=AnswerStyle(args.sum_format), checkpoint_dir=args.checkpoint_dir,

@@ -82,7 +82,7 @@ def test_model_card_and_loss_curve(trained):
     assert (out / "loss.png").stat().st_size > 1000
     assert f"{report['diffusion']['history'][-1]['loss']:.4f}" in card
     assert report["answers"] == asdict(AnswerStyle())  # how the answers were written, on the card too
-    assert report["settings"]["schedule"]["logit_adjustment"] is True  # runs after run 4 train unbiased
+    assert report["settings"]["schedule"]["logit_adjustment"] is False  # an option, off unless asked for
     assert f"'sum_format': '{AnswerStyle().sum_format}'" in card
 
 

@@ -58,8 +58,8 @@ def train(
     sum_format: str = typer.Option(AnswerStyle.sum_format, "--sum-format", help="how addition answers write sums: "
                                    "'padded' (24 + 67 = 091: every digit at a fixed place), 'plain' (= 91, runs 1-4) "
                                    "or 'columns' (the school method, units first)"),
-    no_logit_adjustment: bool = typer.Option(False, "--no-logit-adjustment", help="train as runs 1-4 did: the loss "
-                                             "weights then bias the predictions (docs/mini-model.md)"),
+    logit_adjustment: bool = typer.Option(False, "--logit-adjustment", help="the loss reads the logits plus the log "
+                                          "of its weights, which then no longer bias the predictions (docs/mini-model.md)"),
 ) -> None:
     """Train `mini` and its autoregressive sibling on the same examples, then evaluate both on held-out prompts."""
     from canvaslab.models.loading import resolve_device
@@ -77,8 +77,8 @@ def train(
     resolve_device(device)
     settings = TrainSettings(steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
                              warmup_steps=min(100, steps // 10 + 1))
-    if no_logit_adjustment:
-        settings = replace(settings, schedule=replace(settings.schedule, logit_adjustment=False))
+    if logit_adjustment:
+        settings = replace(settings, schedule=replace(settings.schedule, logit_adjustment=True))
     train_models(RunSpec(out, passages_file, settings, device=device, compile_parts=compile_parts, answers=answers),
                  log=typer.echo)
     if eval_per_task:

@@ -35,9 +35,7 @@ class TrainSettings:
     # > 0: the number of steps is set after a short measurement so that training takes about this long
     # (capped by ``steps``); the steps actually run are recorded, so ``--steps`` reproduces the run.
     time_budget_s: float = 0.0
-    # Runs after run 4 train with logit adjustment (objective.py: the loss weights no longer bias what the
-    # model predicts); a bare NoiseSchedule() keeps the earlier objective, which the toy results used.
-    schedule: NoiseSchedule = field(default_factory=lambda: NoiseSchedule(logit_adjustment=True))
+    schedule: NoiseSchedule = field(default_factory=NoiseSchedule)
 
     def as_dict(self) -> dict:
         return asdict(self)

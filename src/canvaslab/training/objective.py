@@ -31,9 +31,10 @@ The diffusion objective is the training-time mirror of transformers' generate lo
 - those weights depend on the target, which the model cannot see (uniform noise leaves no mark on a noised
   position, and where an answer ends is often uncertain), so a weighted cross-entropy is minimised by
   q(y | x) proportional to w(y, x) p(y | x): the model learns to give ``<pad>`` 1 / pad_weight times and the
-  token a position shows 1 / kept_weight times too little probability. With ``logit_adjustment`` (off up to
-  run 4) the loss reads the logits plus log w of each candidate (logit adjustment, Menon et al. 2021), whose
-  minimiser is p itself: the weights still say where the gradient goes, and no longer bias what is predicted.
+  token a position shows 1 / kept_weight times too little probability. With ``logit_adjustment`` (an option,
+  off by default: at toy size it was no better, docs/mini-model.md) the loss reads the logits plus log w of each
+  candidate (logit adjustment, Menon et al. 2021), whose minimiser is p itself: the weights still say where the
+  gradient goes, and no longer bias what is predicted.
 """
 
 from __future__ import annotations
