@@ -20,7 +20,6 @@ logits, as it is whatever the logits are), and scores them as the quality benchm
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import statistics
 import time
@@ -36,30 +35,21 @@ from canvaslab.models import load_model
 from canvaslab.training import chat
 from canvaslab.training.batches import Pool, diffusion_rows
 from canvaslab.training.evaluate import answer_diffusion, summarize
-from canvaslab.training.objective import DiffusionBatch, NoiseSchedule, decoder_logits, encode_prefix, noise_canvas
+from canvaslab.training.objective import (DiffusionBatch, NoiseSchedule, decoder_logits, encode_prefix, noise_canvas,
+                                         weight_logit_offsets)
 from canvaslab.training.tasks import EVAL_TASKS, RUN4_STYLE, Mixture
 
-PAD_ID = 0
-CORRECTIONS = {"none": (), "pad": ("pad",), "pad+kept": ("pad", "kept")}
+# The weights each correction undoes (``weight_logit_offsets`` with sign -1); a weight of 1 undoes nothing.
+CORRECTIONS = {"none": NoiseSchedule(pad_weight=1.0, kept_weight=1.0), "pad": NoiseSchedule(kept_weight=1.0),
+               "pad+kept": NoiseSchedule()}
 
 
-def corrected(logits: torch.Tensor, shown: torch.Tensor, parts: tuple[str, ...], schedule: NoiseSchedule) -> torch.Tensor:
-    """``logits`` (changed in place) plus log(1 / weight) where the weights pushed them down: at ``<pad>``, and at
-    the token each position shows (``shown``, the decoder's input canvas)."""
-    if "pad" in parts:
-        logits[..., PAD_ID] += math.log(1 / schedule.pad_weight)
-    if "kept" in parts:
-        logits.scatter_add_(-1, shown[..., None], torch.full((*shown.shape, 1), math.log(1 / schedule.kept_weight),
-                                                              dtype=logits.dtype, device=logits.device))
-    return logits
-
-
-def corrected_forward(forward, parts: tuple[str, ...], schedule: NoiseSchedule):
-    """``forward`` with ``corrected`` logits. (transformers' loop calls ``self.forward`` for the decoder pass,
-    so a module hook would not see it.)"""
+def corrected_forward(forward, undo: NoiseSchedule):
+    """``forward`` with log(1 / w) added back to its logits. (transformers' loop calls ``self.forward`` for the
+    decoder pass, so a module hook would not see it.)"""
     def wrapped(*args, **kwargs):
         output = forward(*args, **kwargs)
-        corrected(output.logits, kwargs["decoder_input_ids"], parts, schedule)
+        output.logits = weight_logit_offsets(output.logits, kwargs["decoder_input_ids"], undo, sign=-1.0)
         return output
     return wrapped
 
@@ -77,13 +67,13 @@ def teacher_forced_nll(model, tokenizer, examples, seed: int = 0) -> dict:
     noisy, noised = noise_canvas(batch.canvas, schedule.rates(len(pool), generator, "cpu"),
                                  model.config.text_config.vocab_size, generator)
     logits = decoder_logits(model, encode_prefix(model, batch), batch, noisy).float()
-    pad, tasks = batch.canvas == PAD_ID, torch.tensor([sorted(set(pool.tasks)).index(t) for t in pool.tasks])
+    pad, tasks = batch.canvas == 0, torch.tensor([sorted(set(pool.tasks)).index(t) for t in pool.tasks])
     groups = {"all": torch.ones_like(pad), "pad targets": pad, "answer targets": ~pad, "kept": ~noised,
               "noised": noised, **{f"task {t}": (tasks == i)[:, None].expand_as(pad)
                                    for i, t in enumerate(sorted(set(pool.tasks)))}}
     result = {}
-    for name, parts in CORRECTIONS.items():
-        nll = F.cross_entropy(corrected(logits.clone(), noisy, parts, schedule).flatten(0, 1),
+    for name, undo in CORRECTIONS.items():
+        nll = F.cross_entropy(weight_logit_offsets(logits, noisy, undo, sign=-1.0).flatten(0, 1),
                               batch.canvas.reshape(-1), reduction="none").view(batch.canvas.shape)
         result[name] = {group: round(float(nll[where].mean()), 5) for group, where in groups.items()}
     return result
@@ -112,8 +102,7 @@ def main() -> None:
         report["teacher_forced_examples"] = len(forced)
         print("teacher-forced NLL", report["teacher_forced_nll"], flush=True)
     for name in args.corrections.split(",") if examples else ():
-        loaded.model.forward = corrected_forward(type(loaded.model).forward.__get__(loaded.model), CORRECTIONS[name],
-                                                 NoiseSchedule())
+        loaded.model.forward = corrected_forward(type(loaded.model).forward.__get__(loaded.model), CORRECTIONS[name])
         started = time.perf_counter()
         try:
             answers = answer_diffusion(loaded, examples, batch_size=len(examples))

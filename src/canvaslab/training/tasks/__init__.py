@@ -45,7 +45,6 @@ class Mixture:
     """Generators for every task; prose needs the passage file written by ``prepare_passages``."""
 
     def __init__(self, passages: Path | str | None, style: AnswerStyle = AnswerStyle()) -> None:
-        self.style = style
         self.makers: dict[str, Callable[[random.Random], Example]] = {
             "add2": lambda rng: arithmetic.addition(rng, 2, style.sum_format),
             "add3": lambda rng: arithmetic.addition(rng, 3, style.sum_format),
