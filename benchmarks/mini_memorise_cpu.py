@@ -348,6 +348,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.task == "prose" and (args.passages is None or not args.passages.is_file()):
+        parser.error("--task prose needs --passages FILE (make one with `canvaslab mini passages`)")
     SUM_FORMAT, CANVAS = args.sum_format, args.canvas
     DIGITS = 3 if args.task == "add3" else 2
     torch.set_num_threads(args.threads)
