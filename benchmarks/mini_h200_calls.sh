@@ -5,8 +5,8 @@
 # stopped (a cold machine starts over). Stages:
 #   1. the diffusion model trains (compiled leaves, --time-budget fixes its steps and writes STATE/steps.txt),
 #      resumable, then is evaluated on the non-code tasks and shipped as the preset `mini`;
-#   2. the sibling trains on the same examples for the same steps, on the same GPU at the same time,
-#      then is evaluated and shipped as `mini-ar`;
+#   2. the sibling trains on the same examples for the same steps, on the same GPU at the same time
+#      (or, with SIBLING=after, once the diffusion model is done), then is evaluated and shipped as `mini-ar`;
 #   3. the default (2,304-condition) noise study on `mini` (NOISE_PROCS processes on one store) and the
 #      commit-order study (mini probe suite, sibling as baseline; code needs bubblewrap, which the GPU
 #      machine lacks) run in what time is left; both resume from their stores.
@@ -15,13 +15,15 @@
 #
 #   bash benchmarks/mini_h200_calls.sh STATE PASSAGES PACK DEADLINE_S [TIME_BUDGET_S] [TOKEN_COUNTS]
 # Environment: DEVICE (cuda), BATCH (512), EXAMPLES (600000), LR (7e-4), STEPS (most steps, 20000),
-# COMPILE (leaves), NOISE_PROCS (3), ORDER_ARGS (--seeds 5 --prompts-per-regime 20), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
+# COMPILE (leaves), NOISE_PROCS (3), ORDER_ARGS (--seeds 5 --prompts-per-regime 20), SIBLING (beside: both
+# models train at once; after: the sibling starts when the diffusion model is done), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
 set -u
 state=$1 passages=$2 pack=$3 deadline=$4 budget=${5:-700} counts=${6:+--token-counts $6}
 here=$(cd "$(dirname "$0")" && pwd)
 start=$SECONDS
 left() { local s=$(( deadline - (SECONDS - start) )); echo $(( s > 1 ? s : 1 )); }
 device=${DEVICE:-cuda} tiny=${TINY:+--tiny}
+case ${SIBLING:=beside} in beside|after) ;; *) echo "SIBLING must be beside or after, not '$SIBLING'" >&2; exit 2;; esac
 mkdir -p "$state/bin" "$state/ckpt" "$pack"
 export TORCHINDUCTOR_CACHE_DIR=$state/inductor
 printf '#!/bin/sh\nexec python -c "from canvaslab.cli.main import main; main()" "$@"\n' > "$state/bin/canvaslab"
@@ -31,11 +33,12 @@ assets=$(python -c 'from canvaslab.models.mini import packaged_folder; print(pac
 ship() { rm -f "$assets/$2"/model*.safetensors* && cp "$1"/* "$assets/$2/"; }
 stage_log() { echo "[$(( SECONDS - start )) s] $*" | tee -a "$state/calls.log"; }
 stage_log "call starts, deadline $deadline s"
-# training stops this long before the deadline: checkpoint, evaluation and packing fit in it
-stop_after=$(( deadline - 60 ))
 train() {  # train KIND OUT_FOLDER EVAL_MODEL EXTRA...
   local kind=$1 out=$2 model=$3; shift 3
-  timeout "$(( deadline - 30 ))" python "$here/mini_train_h200.py" --out "$out" --kinds "$kind" --eval-models "$model" \
+  # training stops 60 s before the deadline (a model started late in the call too): checkpoint,
+  # evaluation and packing fit in them
+  local stop_after=$(( $(left) - 60 ))
+  timeout "$(( $(left) - 30 ))" python "$here/mini_train_h200.py" --out "$out" --kinds "$kind" --eval-models "$model" \
       --eval-tasks add2,add3,word,fact,json,prose --passages "$passages" --batch-size "${BATCH:-512}" \
       --lr "${LR:-7e-4}" --examples "${EXAMPLES:-600000}" --steps "${STEPS:-20000}" --device "$device" \
       --compile "${COMPILE:-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny "$@"
@@ -44,10 +47,16 @@ if [ ! -f "$state/d/training.json" ]; then
   train diffusion "$state/d" diffusion --time-budget "$budget" --steps-file "$state/steps.txt" \
       >> "$state/train_diffusion.log" 2>&1 &
 fi
-if [ ! -f "$state/a/training.json" ]; then
-  train causal "$state/a" autoregressive --steps-from "$state/steps.txt" >> "$state/train_autoregressive.log" 2>&1 &
-fi
+train_sibling() {
+  if [ ! -f "$state/a/training.json" ] && [ -z "${sibling_started:-}" ]; then
+    sibling_started=1 && stage_log "sibling trains"
+    train causal "$state/a" autoregressive --steps-from "$state/steps.txt" >> "$state/train_autoregressive.log" 2>&1 &
+  fi
+}
+# SIBLING=after: the sibling waits for the diffusion model, whose steps then run alone and faster
+[ "$SIBLING" = beside ] && train_sibling
 studies() {
+  [ -f "$state/d/training.json" ] && train_sibling
   # shipped again in every call: the next call's copy of the working tree removes files it does not know
   if [ -f "$state/d/training.json" ] && [ -z "${shipped_mini:-}" ]; then
     ship "$state/d/diffusion" mini && shipped_mini=1 && stage_log "mini shipped"
