@@ -16,7 +16,8 @@
 #   bash benchmarks/mini_h200_calls.sh STATE PASSAGES PACK DEADLINE_S [TIME_BUDGET_S] [TOKEN_COUNTS]
 # Environment: DEVICE (cuda), BATCH (512), EXAMPLES (600000), LR (7e-4), STEPS (most steps, 20000),
 # COMPILE (leaves), NOISE_PROCS (3), ORDER_ARGS (--seeds 5 --prompts-per-regime 20), SIBLING (beside: both
-# models train at once; after: the sibling starts when the diffusion model is done), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
+# models train at once; after: the sibling starts when the diffusion model is done), SUM_FORMAT (the training
+# default; run 5: padded), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
 set -u
 state=$1 passages=$2 pack=$3 deadline=$4 budget=${5:-700} counts=${6:+--token-counts $6}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,7 +42,8 @@ train() {  # train KIND OUT_FOLDER EVAL_MODEL EXTRA...
   timeout "$(( $(left) - 30 ))" python "$here/mini_train_h200.py" --out "$out" --kinds "$kind" --eval-models "$model" \
       --eval-tasks add2,add3,word,fact,json,prose --passages "$passages" --batch-size "${BATCH:-512}" \
       --lr "${LR:-7e-4}" --examples "${EXAMPLES:-600000}" --steps "${STEPS:-20000}" --device "$device" \
-      --compile "${COMPILE:-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny "$@"
+      --compile "${COMPILE:-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny \
+      ${SUM_FORMAT:+--sum-format "$SUM_FORMAT"} "$@"
 }
 if [ ! -f "$state/d/training.json" ]; then
   train diffusion "$state/d" diffusion --time-budget "$budget" --steps-file "$state/steps.txt" \

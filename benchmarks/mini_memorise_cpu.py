@@ -346,6 +346,8 @@ def main() -> None:
     parser.add_argument("--logit-adjustment", action="store_true",
                         help="NoiseSchedule.logit_adjustment (off in every toy result before session 13)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="initial weights, noise, batch order and training examples (0: every result before session 14)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.task == "prose" and (args.passages is None or not args.passages.is_file()):
@@ -362,10 +364,11 @@ def main() -> None:
         if value is not None:
             schedule = replace(schedule, **{name: value})
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=30,
-                             log_every=args.eval_every, schedule=schedule)
+                             log_every=args.eval_every, schedule=schedule, seed=args.seed)
     tokenizer = load_mini_tokenizer()
     prose_mixture = Mixture(args.passages, RUN4_STYLE) if args.task == "prose" else None
-    questions = training_examples(args.task, random.Random("memorise-train"), args.countries, prose_mixture)
+    example_rng = random.Random("memorise-train" if args.seed == 0 else f"memorise-train/{args.seed}")
+    questions = training_examples(args.task, example_rng, args.countries, prose_mixture)
     rows = [(args.task, chat.prompt_text(e.prompt), chat.answer_text(e.answer))
             for e in (next(questions) for _ in range(args.steps * args.batch_size))]
     pool = Pool.build(tokenizer, rows, max_answer_tokens=CANVAS)
@@ -379,7 +382,7 @@ def main() -> None:
               "countries": args.countries if args.task == "fact" else None, "probes": len(probes),
               "ablation": args.ablation, "runs": {}}
     for kind in args.kinds.split(","):
-        torch.manual_seed(0)
+        torch.manual_seed(args.seed)
         model = build(kind, args.ablation, text)
         if kind == "diffusion" and args.adapt_from_causal:
             causal = Gemma4ForCausalLM(ar_sibling_config(**text))

@@ -176,3 +176,8 @@ def test_prose_passages_from_the_corpus_narrative_sources(tmp_path):
 def test_mixture_weights_cover_every_task():
     assert abs(sum(MIXTURE.values()) - 1.0) < 1e-9
     assert set(EVAL_TASKS) <= set(MIXTURE)
+
+
+def test_the_default_answer_style_is_the_shipped_models():
+    # `canvaslab mini train` with its defaults writes the training answers as the shipped `mini` saw them
+    assert AnswerStyle() == RUN4_STYLE

@@ -56,8 +56,8 @@ def train(
     compile_parts: str = typer.Option("", "--compile", help="put parts under torch.compile: 'leaves' (norms, MLPs, "
                                       "routers: ~1.3x on an H200 after ~1.5 min) or 'layers' (~2.4x after ~6 min)"),
     sum_format: str = typer.Option(AnswerStyle.sum_format, "--sum-format", help="how addition answers write sums: "
-                                   "'padded' (24 + 67 = 091: every digit at a fixed place), 'plain' (= 91, runs 1-4) "
-                                   "or 'columns' (the school method, units first)"),
+                                   "'plain' (= 91, the shipped mini's), 'padded' (24 + 67 = 091: every digit at a fixed place, "
+                                   "run 5) or 'columns' (the school method, units first)"),
     logit_adjustment: bool = typer.Option(False, "--logit-adjustment", help="the loss reads the logits plus the log "
                                           "of its weights, which then no longer bias the predictions (docs/mini-model.md)"),
 ) -> None:

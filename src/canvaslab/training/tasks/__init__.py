@@ -30,14 +30,16 @@ class AnswerStyle:
     """How the training answers are written. Prompts, held-out keys and scoring do not depend on it, so models
     trained in different styles are scored on the same held-out prompts."""
 
-    sum_format: str = "padded"  # arithmetic.SUM_FORMATS: "padded" puts every digit of a sum at a fixed place
+    # arithmetic.SUM_FORMATS. The default is the shipped `mini`'s: "padded" (every digit of a sum at a fixed
+    # place) was run 5's, which did not add better (docs/mini-model.md, "Run 5")
+    sum_format: str = "plain"
 
     def __post_init__(self) -> None:
         if self.sum_format not in arithmetic.SUM_FORMATS:
             raise CanvaslabError(f"sum format {self.sum_format!r} is not one of: {', '.join(arithmetic.SUM_FORMATS)}")
 
 
-# The style runs 1-4 were trained in, the shipped `mini` among them.
+# The style runs 1-4 were trained in, the shipped `mini` among them (pinned: the default may change again).
 RUN4_STYLE = AnswerStyle(sum_format="plain")
 
 
