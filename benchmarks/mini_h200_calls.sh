@@ -25,6 +25,11 @@ start=$SECONDS
 left() { local s=$(( deadline - (SECONDS - start) )); echo $(( s > 1 ? s : 1 )); }
 device=${DEVICE:-cuda} tiny=${TINY:+--tiny}
 case ${SIBLING:=beside} in beside|after) ;; *) echo "SIBLING must be beside or after, not '$SIBLING'" >&2; exit 2;; esac
+if [ -n "${SUM_FORMAT:-}" ] && ! python -c 'import sys; from canvaslab.training.tasks.arithmetic import SUM_FORMATS as F
+sys.exit(sys.argv[1] not in F)' "$SUM_FORMAT" 2>/dev/null; then
+  echo "SUM_FORMAT '$SUM_FORMAT' is not a sum format of canvaslab.training.tasks.arithmetic (or canvaslab is not importable)" >&2
+  exit 2
+fi
 mkdir -p "$state/bin" "$state/ckpt" "$pack"
 export TORCHINDUCTOR_CACHE_DIR=$state/inductor
 printf '#!/bin/sh\nexec python -c "from canvaslab.cli.main import main; main()" "$@"\n' > "$state/bin/canvaslab"

@@ -9,10 +9,23 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "mini_h200_calls.sh"
 
 
+def _run(tmp_path, **env) -> subprocess.CompletedProcess:
+    src = str(SCRIPT.parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]), **env}
+    return subprocess.run(["bash", str(SCRIPT), str(tmp_path / "state"), "prose.txt", str(tmp_path / "pack"), "60"],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
 def test_an_unknown_sibling_mode_is_refused_in_one_line(tmp_path):
-    state = tmp_path / "state"
-    done = subprocess.run(["bash", str(SCRIPT), str(state), "prose.txt", str(tmp_path / "pack"), "60"],
-                          env={**os.environ, "SIBLING": "alongside"}, capture_output=True, text=True, timeout=60)
+    done = _run(tmp_path, SIBLING="alongside")
     assert done.returncode == 2
     assert done.stderr.strip() == "SIBLING must be beside or after, not 'alongside'"
-    assert not state.exists()
+    assert not (tmp_path / "state").exists()
+
+
+def test_an_unknown_sum_format_is_refused_in_one_line(tmp_path):
+    done = _run(tmp_path, SUM_FORMAT="roman")
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("SUM_FORMAT 'roman' is not a sum format")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "state").exists()
