@@ -7,6 +7,7 @@
 #      resumable, then is evaluated on the non-code tasks and shipped as the preset `mini`;
 #   2. the sibling trains on the same examples for the same steps, on the same GPU at the same time
 #      (or, with SIBLING=after, once the diffusion model is done), then is evaluated and shipped as `mini-ar`;
+#      SIBLING=keep trains none: the shipped `mini-ar` stays the sibling (the device time goes to the model);
 #   3. the default (2,304-condition) noise study on `mini` (NOISE_PROCS processes on one store) and the
 #      commit-order study (mini probe suite, sibling as baseline; code needs bubblewrap, which the GPU
 #      machine lacks) run in what time is left; both resume from their stores.
@@ -16,7 +17,8 @@
 #   bash benchmarks/mini_h200_calls.sh STATE PASSAGES PACK DEADLINE_S [TIME_BUDGET_S] [TOKEN_COUNTS]
 # Environment: DEVICE (cuda), BATCH (512), EXAMPLES (600000), LR (7e-4), STEPS (most steps, 20000),
 # COMPILE (leaves), NOISE_PROCS (3), ORDER_ARGS (--seeds 5 --prompts-per-regime 20), SIBLING (beside: both
-# models train at once; after: the sibling starts when the diffusion model is done), SUM_FORMAT (the training
+# models train at once; after: the sibling starts when the diffusion model is done; keep: no sibling is
+# trained, the shipped one serves), SUM_FORMAT (the training
 # default; run 5: padded), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
 set -u
 state=$1 passages=$2 pack=$3 deadline=$4 budget=${5:-700} counts=${6:+--token-counts $6}
@@ -24,10 +26,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 start=$SECONDS
 left() { local s=$(( deadline - (SECONDS - start) )); echo $(( s > 1 ? s : 1 )); }
 device=${DEVICE:-cuda} tiny=${TINY:+--tiny}
-case ${SIBLING:=beside} in beside|after) ;; *) echo "SIBLING must be beside or after, not '$SIBLING'" >&2; exit 2;; esac
+case ${SIBLING:=beside} in beside|after|keep) ;; *) echo "SIBLING must be beside, after or keep, not '$SIBLING'" >&2; exit 2;; esac
 if [ -n "${SUM_FORMAT:-}" ] && ! python -c 'import sys; from canvaslab.training.tasks.arithmetic import SUM_FORMATS as F
 sys.exit(sys.argv[1] not in F)' "$SUM_FORMAT" 2>/dev/null; then
   echo "SUM_FORMAT '$SUM_FORMAT' is not a sum format of canvaslab.training.tasks.arithmetic (or canvaslab is not importable)" >&2
+  exit 2
+fi
+if [ "$SIBLING" = keep ] && ! python -c 'import sys; from canvaslab.models.mini import packaged_folder as f
+sys.exit(not any(f("mini-ar").glob("model*.safetensors")))' 2>/dev/null; then
+  echo "SIBLING=keep needs the shipped mini-ar's weights in the package, and there are none" >&2
   exit 2
 fi
 mkdir -p "$state/bin" "$state/ckpt" "$pack"
@@ -55,6 +62,7 @@ if [ ! -f "$state/d/training.json" ]; then
       >> "$state/train_diffusion.log" 2>&1 &
 fi
 train_sibling() {
+  [ "$SIBLING" = keep ] && shipped_mini_ar=1 && return
   if [ ! -f "$state/a/training.json" ] && [ -z "${sibling_started:-}" ]; then
     sibling_started=1 && stage_log "sibling trains"
     train causal "$state/a" autoregressive --steps-from "$state/steps.txt" >> "$state/train_autoregressive.log" 2>&1 &

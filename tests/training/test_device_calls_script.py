@@ -19,7 +19,7 @@ def _run(tmp_path, **env) -> subprocess.CompletedProcess:
 def test_an_unknown_sibling_mode_is_refused_in_one_line(tmp_path):
     done = _run(tmp_path, SIBLING="alongside")
     assert done.returncode == 2
-    assert done.stderr.strip() == "SIBLING must be beside or after, not 'alongside'"
+    assert done.stderr.strip() == "SIBLING must be beside, after or keep, not 'alongside'"
     assert not (tmp_path / "state").exists()
 
 
@@ -28,4 +28,13 @@ def test_an_unknown_sum_format_is_refused_in_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().startswith("SUM_FORMAT 'roman' is not a sum format")
     assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "state").exists()
+
+
+def test_keep_is_a_sibling_mode_that_reaches_the_next_check(tmp_path):
+    # keep (no sibling trained, the shipped mini-ar serves) passes the SIBLING check, so the bad SUM_FORMAT,
+    # checked next, is what stops the script
+    done = _run(tmp_path, SIBLING="keep", SUM_FORMAT="roman")
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("SUM_FORMAT 'roman' is not a sum format")
     assert not (tmp_path / "state").exists()
