@@ -371,3 +371,19 @@ def test_a_resumable_run_keeps_its_pool_beside_the_checkpoints_and_reloads_it(tm
     other_style = replace(spec, answers=replace(spec.answers, sum_format="columns"))
     assert run._example_pool(other_style, load_mini_tokenizer()) != first  # sums written otherwise: a new pool
     assert len(list((tmp_path / "checkpoints").glob("pool-*.pt"))) == 3
+
+
+def test_the_card_of_a_sibling_only_run_shows_its_quality(tmp_path):
+    """A run that trains only the sibling (session 16 matched mini-ar to mini's steps) still gets its
+    held-out quality table on the card."""
+    history = [{"step": 0, "loss": 8.3, "tokens": 100}, {"step": 1, "loss": 7.1, "tokens": 200}]
+    training = {"settings": {"batch_size": 4, "learning_rate": 7e-4, "warmup_steps": 1, "seed": 0},
+                "pool_examples": 8, "pool_tokens": 300, "mixture_counts": {"add2": 8}, "environment": {"device": "cpu"},
+                "autoregressive": {"parameters": 10, "history": history, "steps": 2, "train_seconds": 1.0}}
+    quality = {"per_task": 5, "environment": {"device": "cpu"},
+               "autoregressive": {"add2": {"n": 5, "accuracy": 0.8}, "prose": {"n": 5, "english_word_share": 0.9}}}
+    (tmp_path / "training.json").write_text(json.dumps(training))
+    (tmp_path / "quality_autoregressive.json").write_text(json.dumps(quality))
+    card = write_card(tmp_path).read_text()
+    assert "| add2 (accuracy) | 5 | - | 0.800 | - |" in card
+    assert "| prose (english_word_share) | 5 | - | 0.900 | - |" in card

@@ -34,12 +34,15 @@ def plot_loss(training: dict, out: Path) -> Path:
 
 
 def _quality_rows(quality: dict) -> list[str]:
+    """One row per task either model was evaluated on (a run may train or evaluate only one of them)."""
+    diffusion, sibling = quality.get("diffusion", {}), quality.get("autoregressive", {})
     rows = ["| task | n | mini | AR sibling | mini median accept calls |", "| --- | --- | --- | --- | --- |"]
-    for task, entry in quality["diffusion"].items():
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for task in dict.fromkeys([*diffusion, *sibling]):
         metric = "english_word_share" if task == "prose" else "accuracy"
-        ar = quality.get("autoregressive", {}).get(task, {}).get(metric)
-        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-        rows.append(f"| {task} ({metric}) | {entry['n']} | {fmt(entry.get(metric))} | {fmt(ar)} | "
+        entry = diffusion.get(task, {})
+        n = entry.get("n", sibling.get(task, {}).get("n"))
+        rows.append(f"| {task} ({metric}) | {n} | {fmt(entry.get(metric))} | {fmt(sibling.get(task, {}).get(metric))} | "
                     f"{entry.get('median_accept_calls', '-')} |")
     return rows
 
@@ -90,7 +93,7 @@ def write_card(run_dir: Path) -> Path:
         lines.append(f"- {name}: {training[name]['steps']} steps, final loss {last['loss']:.4f}, "
                      f"{last['tokens']:,} tokens processed, {training[name]['train_seconds']} s")
     lines += [f"- device: {training['environment'].get('device')}", "", "![loss](loss.png)", ""]
-    if "diffusion" in quality:
+    if "diffusion" in quality or "autoregressive" in quality:
         lines += ["## Held-out quality", "",
                   f"{quality['per_task']} held-out prompts per task; mini through transformers' generate with its",
                   "default sampler settings (48-pass budget); the AR sibling greedy.", ""] + _quality_rows(quality)
