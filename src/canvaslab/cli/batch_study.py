@@ -70,7 +70,7 @@ def batch_study(
     settings = BatchStudySettings(batch_sizes=sizes, fill=fill, copy_prompt_cache=copy_prompt_cache, rng=rng, mode=mode,
                                   seed=seed, generation=options.generation_overrides(steps, max_new_tokens),
                                   record_ops=record_ops, repeat_control=repeat_control, row=row)
-    spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers, "seed": model_seed}
+    spec = options.study_model(model, dtype, device, layers, model_seed)
     if not fresh:  # a folder holding another study is refused before the model loads
         check_registered(out, BatchSizeStudy.name, BatchSizeStudy(spec, prompt_list, settings).plan())
     # Loaded here for the local executor, so a bad model is one line before anything runs; Ray workers load their own.

@@ -47,7 +47,7 @@ def op_scan(
 
     modes = ["stock", "invariant"] if mode == "both" else [mode]
     sizes = options.parse_batch_sizes(batch_sizes)
-    spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers or 1, "seed": model_seed}
+    spec = options.study_model(model, dtype, device, layers or 1, model_seed)
     if not fresh:  # a folder holding another study is refused before the model loads
         check_registered(out, OpScanStudy.name, OpScanStudy(spec, modes, sizes, seed).plan())
     loaded = load_model(model, dtype=dtype, device=device, layers=layers or 1, seed=model_seed) \

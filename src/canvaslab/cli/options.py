@@ -199,6 +199,17 @@ Bootstrap = Annotated[int, typer.Option("--bootstrap", help="prompt-clustered bo
                                         callback=whole_number(0))]
 
 
+def study_model(model: str, dtype: str, device: str, layers: Optional[int], seed: int) -> dict:
+    """The ``--model`` arguments as a study's plan records them, with the fingerprint of the trained weights
+    behind the name (``canvaslab.models.weights``): a folder resumed with retrained weights is another plan.
+    Random weights have none, and their plans stay as before it existed (their folders still resume)."""
+    from canvaslab.models.weights import weights_fingerprint
+
+    spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers, "seed": seed}
+    weights = weights_fingerprint(model)
+    return spec if weights is None else {**spec, "weights": weights}
+
+
 def generation_overrides(steps: Optional[int], max_new_tokens: Optional[int]) -> dict:
     return {"max_denoising_steps": steps, "max_new_tokens": max_new_tokens}
 

@@ -75,7 +75,7 @@ def order_study(
 ) -> None:
     """In what order does the sampler commit canvas positions, per regime, and does confidence predict correctness?"""
     engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
-    baseline_path = _baseline_path(baseline)
+    baseline_path = checked_baseline(baseline)
     # Imported here: torch models, scipy and scikit-learn would slow every other canvaslab command.
     from rich.console import Console
 
@@ -90,7 +90,7 @@ def order_study(
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
     config = {"command": {"model": model, "split": split, "suite": suite, "prompts_per_regime": prompts_per_regime,
                           "dtype": dtype, "device": str(loaded.device), "layers": layers, "model_seed": model_seed}}
-    spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers, "seed": model_seed}
+    spec = options.study_model(model, dtype, device, layers, model_seed)
     with study_progress("order study", "generations") as progress:
         metrics = run_order_study(
             loaded, probes, list(range(seeds)), out_dir=out, batch_size=batch_size, mode=mode, rng=rng,
@@ -103,7 +103,7 @@ def order_study(
         budget = metrics["study"]["generation"]["max_new_tokens"]
         del loaded
         _free_memory()
-        metrics = _add_baseline(metrics, baseline_path, probes, out, budget, device, dtype, batch_size)
+        metrics = add_baseline(metrics, baseline_path, probes, out, budget, device, dtype, batch_size)
     _print_results(console, metrics, out, parquet, wide)
     console.print(f"generations: {outcome['ran']} ran, {outcome['skipped']} skipped as already done, "
                   f"{len(outcome['failed'])} failed", highlight=False)
@@ -111,7 +111,7 @@ def order_study(
         raise typer.Exit(1)
 
 
-def _baseline_path(baseline: Optional[Path]) -> Optional[Path]:
+def checked_baseline(baseline: Optional[Path]) -> Optional[Path]:
     """Checked before the study starts, so a typo does not surface after hours of generation."""
     if baseline is None:
         return None
@@ -129,9 +129,10 @@ def _free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _add_baseline(metrics: dict[str, Any], path: Path, probes, out: Path, max_new_tokens: int,
-                  device: str, dtype: str, batch_size: int) -> dict[str, Any]:
-    """Score the baseline, write baseline.json, and keep its accuracy in order_metrics.json under ``baseline``."""
+def add_baseline(metrics: dict[str, Any], path: Path, probes, out: Path, max_new_tokens: int,
+                 device: str, dtype: str, batch_size: int) -> dict[str, Any]:
+    """Score the baseline, write baseline.json, and keep its accuracy in order_metrics.json under ``baseline``
+    (``order-study`` and ``order-metrics --baseline``)."""
     from canvaslab.io import write_json_atomic
     from canvaslab.studies.commit_order.baseline import baseline_summary, run_baseline
     from canvaslab.studies.commit_order.study import METRICS_FILE

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 _LAZY = {"LoadedModel": "canvaslab.models.loading", "load_model": "canvaslab.models.loading",
+         "load_study_model": "canvaslab.models.loading",
          "PRESETS": "canvaslab.models.presets"}
 
 
@@ -21,4 +22,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(_LAZY[name]), name)
 
 
-__all__ = ["PRESETS", "LoadedModel", "load_model"]
+__all__ = ["PRESETS", "LoadedModel", "load_model", "load_study_model"]

@@ -23,6 +23,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.models.mini import PACKAGED_CHECKPOINTS, packaged_folder
 from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset, first_layer_types
 from canvaslab.models.tokenizer import build_synthetic_tokenizer
+from canvaslab.models.weights import folder_fingerprint
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -153,7 +154,8 @@ def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int |
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(
             path, config=config, dtype=resolve_dtype(dtype, torch.bfloat16), local_files_only=True
         ).to(device).eval()
-    source = {"kind": "checkpoint", "path": str(path), "layers": config.text_config.num_hidden_layers}
+    source = {"kind": "checkpoint", "path": str(path), "layers": config.text_config.num_hidden_layers,
+              "weights": folder_fingerprint(path)}
     return LoadedModel(model, tokenizer, source, checkpoint_generation_defaults(model))
 
 
@@ -212,3 +214,15 @@ def load_model(
     if not (path / "config.json").exists():
         raise CanvaslabError(f"{path} is a directory without config.json: not a model checkpoint")
     return _load_checkpoint(path, dtype, torch_device, layers)
+
+
+def load_study_model(spec: dict[str, Any]) -> LoadedModel:
+    """Load the model a study's plan names (``cli.options.study_model``, ``repeat_control.model_spec``) in a
+    worker, refusing weights other than the plan's: a Ray node or a later resume may hold another ``mini``."""
+    loaded = load_model(spec["spec"], dtype=spec["dtype"], device=spec["device"], layers=spec["layers"],
+                        seed=spec["seed"])
+    planned, found = spec.get("weights"), loaded.source.get("weights")
+    if planned is not None and found != planned:
+        raise CanvaslabError(f"model {spec['spec']!r} here has other weights ({found}) than the study's plan names "
+                             f"({planned}): run it with the checkpoint the study started with, or in a new folder")
+    return loaded

@@ -54,11 +54,9 @@ class OpScanStudy(Study):
     def prepare(self):
         if self.loaded is not None:
             return self.loaded
-        from canvaslab.models import load_model
+        from canvaslab.models import load_study_model
 
-        spec = self.model
-        return load_model(spec["spec"], dtype=spec["dtype"], device=spec["device"], layers=spec["layers"],
-                          seed=spec["seed"])
+        return load_study_model(self.model)
 
     def worker_info(self, loaded) -> dict[str, Any]:
         return {"environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source)}

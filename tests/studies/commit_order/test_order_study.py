@@ -149,3 +149,62 @@ def test_cli_refuses_a_missing_baseline_before_generating(tmp_path, capsys):
               "--baseline", str(tmp_path / "nowhere"), "--out", str(tmp_path / "run")])
     assert exit_info.value.code == 2
     assert "--baseline" in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+def _checkpoint(tiny, path, seed: int):
+    torch.manual_seed(seed)
+    type(tiny.model)._from_config(tiny.model.config).save_pretrained(path)
+    tiny.tokenizer.save_pretrained(path)
+    return path
+
+
+def test_a_resume_with_retrained_weights_at_the_same_path_is_refused(tiny, tmp_path, capsys):
+    """The plan names the weights, not only the path: a folder is never finished by another model."""
+    model, out = _checkpoint(tiny, tmp_path / "ckpt", seed=1), tmp_path / "run"
+    arguments = ["order-study", "--model", str(model), "--regimes", "factual", "--seeds", "1",
+                 "--prompts-per-regime", "1", "--steps", "2", "--max-new-tokens", "8", "--bootstrap", "10",
+                 "--out", str(out)]
+    main(arguments)
+    main(arguments)  # the same weights resume (nothing left to run)
+    _checkpoint(tiny, model, seed=2)
+    with pytest.raises(SystemExit) as exit_info:
+        main(arguments)
+    assert exit_info.value.code == 2
+    assert "another plan: plan.model.weights" in capsys.readouterr().err
+
+
+def test_the_baseline_is_not_reused_for_retrained_weights(tmp_path):
+    """baseline.json is reused when its config matches; the same path with other weights must not match."""
+    path = tmp_path / "llama"
+    probes = load_probe_suite(["factual"], "confirmatory", per_regime=1, seed=0)
+    configs = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        config = LlamaConfig(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+                             pad_token_id=0, eos_token_id=1, bos_token_id=2)
+        LlamaForCausalLM(config).save_pretrained(path)
+        build_synthetic_tokenizer(512).save_pretrained(path)
+        configs.append(run_baseline(path, probes, tmp_path, max_new_tokens=4, batch_size=1)["config"])
+    assert configs[0]["model"] == configs[1]["model"] and configs[0]["weights"] != configs[1]["weights"]
+    assert read_json(tmp_path / BASELINE_FILE)["config"] == configs[1]
+
+
+def test_order_metrics_scores_a_baseline_on_the_probes_of_a_trace_file(tiny_llama, tmp_path, capsys):
+    """A baseline for a study whose store is gone (or a retrained sibling): the traces name the probes."""
+    study, measured = tmp_path / "study", tmp_path / "measured"
+    main(["order-study", "--regimes", "factual,json", "--seeds", "1", "--prompts-per-regime", "2", "--steps", "2",
+          "--max-new-tokens", "8", "--bootstrap", "10", "--out", str(study)])
+    capsys.readouterr()
+    main(["order-metrics", str(study / TRACES_FILE), "--out", str(measured), "--bootstrap", "10",
+          "--baseline", str(tiny_llama), "--max-new-tokens", "8"])
+    baseline = read_json(measured / BASELINE_FILE)
+    traced = list(dict.fromkeys(trace.prompt_id for trace in read_traces(study / TRACES_FILE)))
+    assert baseline["config"]["probe_ids"] == traced and baseline["config"]["max_new_tokens"] == 8
+    assert set(read_json(measured / METRICS_FILE)["baseline"]["regimes"]) == {"factual", "json"}
+    assert "AR acc" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:  # probes of another suite: one line, nothing scored
+        main(["order-metrics", str(study / TRACES_FILE), "--out", str(tmp_path / "other"), "--bootstrap", "10",
+              "--baseline", str(tiny_llama), "--suite", "mini"])
+    assert exit_info.value.code == 2 and "not in probe suite 'mini'" in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()

@@ -269,3 +269,15 @@ def test_stored_views_are_written_from_the_store_alone_and_only_for_its_plan(tmp
             write_stored_views(other, folder)
     with pytest.raises(CanvaslabError, match="no stored results"):
         write_stored_views(Squares(n=3), tmp_path / "empty")
+
+
+def test_a_field_only_one_plan_has_is_named_absent_not_null(tmp_path):
+    """A plan that gained a field (e.g. the model's weights fingerprint) must not read 'was null, now null'."""
+    from canvaslab.studies.engine.plan import register
+
+    register(tmp_path, "squares", {"model": {"spec": "m"}})
+    with pytest.raises(CanvaslabError, match=r"plan\.model\.weights was \(absent\), now null"):
+        check_registered(tmp_path, "squares", {"model": {"spec": "m", "weights": None}})
+    with pytest.raises(CanvaslabError, match=r"plan\.model\.weights was \"w\", now \(absent\)"):
+        register(tmp_path / "b", "squares", {"model": {"spec": "m", "weights": "w"}})
+        check_registered(tmp_path / "b", "squares", {"model": {"spec": "m"}})

@@ -509,3 +509,28 @@ def test_a_broken_registration_is_named_as_it_is(tmp_path, capsys, damage, said)
         main(["noise-study", "report", str(tmp_path)])
     error = capsys.readouterr().err
     assert exit_info.value.code == 2 and said in " ".join(error.split()) and len(error.strip().splitlines()) == 1
+
+
+def test_run_refuses_a_checkpoint_retrained_since_the_plan(tiny, tmp_path, capsys):
+    """The plan records the weights behind the name: a checkpoint retrained in place is not the plan's model."""
+    model, out = tmp_path / "ckpt", tmp_path / "study"
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        type(tiny.model)._from_config(tiny.model.config).save_pretrained(model)
+        tiny.tokenizer.save_pretrained(model)
+        if seed == 1:
+            main(["noise-study", "plan", "--model", str(model), "--out", str(out), "--design", "small"])
+            assert json.loads((out / PLAN_FILE).read_text())["model"]["weights"].startswith("sha256-sampled:")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["noise-study", "run", str(out), "--batch-size", "1", "--limit", "1"])
+    assert exit_info.value.code == 2 and "weights differ from the plan's" in capsys.readouterr().err
+    assert not any((out / "store" / "records").glob("*.json"))
+
+
+def test_a_plan_registered_before_the_weights_fingerprint_still_loads(tmp_path):
+    data = _plan().to_dict()
+    del data["model"]["weights"]
+    (tmp_path / PLAN_FILE).write_text(canonical_json(data))
+    (tmp_path / HASH_FILE).write_text(f"{hash_plan_dict(data)}  {PLAN_FILE}\n")
+    plan, digest = load_plan(tmp_path)
+    assert plan.model.weights is None and digest == hash_plan_dict(data)

@@ -50,8 +50,10 @@ def model_spec(loaded) -> dict[str, Any]:
     if spec is None:
         raise CanvaslabError("the fresh-process repeat control needs a model loaded by canvaslab.models.load_model; "
                              "use --repeat-control same-process")
-    return {"spec": spec, "dtype": str(loaded.model.dtype).removeprefix("torch."), "device": str(loaded.device),
-            "layers": source.get("layers"), "seed": source.get("seed", 0)}
+    arguments = {"spec": spec, "dtype": str(loaded.model.dtype).removeprefix("torch."), "device": str(loaded.device),
+                 "layers": source.get("layers"), "seed": source.get("seed", 0)}
+    # trained weights are named by their fingerprint (cli.options.study_model); random ones by the arguments
+    return arguments if source.get("weights") is None else {**arguments, "weights": source["weights"]}
 
 
 def fresh_process_signature(loaded, settings, prompt_ids: list[int]) -> dict[str, str]:
@@ -95,11 +97,9 @@ def main() -> None:
     """The fresh process: read the request on stdin, print ``{"signature": ...}`` as the last line."""
     request = json.load(sys.stdin)
     die_with_parent(request["parent"])
-    from canvaslab.models import load_model
+    from canvaslab.models import load_study_model
     from canvaslab.studies.batch_size.study import BatchStudySettings, repeat_signature
 
-    model = request["model"]
-    loaded = load_model(model["spec"], dtype=model["dtype"], device=model["device"], layers=model["layers"],
-                        seed=model["seed"])
+    loaded = load_study_model(request["model"])
     settings = BatchStudySettings(**request["settings"])
     print(json.dumps({"signature": repeat_signature(loaded, settings, request["prompt_ids"])}))

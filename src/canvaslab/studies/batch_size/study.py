@@ -204,11 +204,9 @@ class BatchSizeStudy(Study):
     def prepare(self) -> _Worker:
         loaded = self.loaded
         if loaded is None:
-            from canvaslab.models import load_model
+            from canvaslab.models import load_study_model
 
-            spec = self.model
-            loaded = load_model(spec["spec"], dtype=spec["dtype"], device=spec["device"], layers=spec["layers"],
-                                seed=spec["seed"])
+            loaded = load_study_model(self.model)
         texts = {p.text for p in self.prompts}
         environment = environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
                                               mode=self.settings.mode, replaced_ops=replaced_ops(self.settings.mode),

@@ -23,6 +23,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.io import read_json, write_json_atomic
 from canvaslab.models.loading import progress_bars_only_on_a_terminal, resolve_device, resolve_dtype
 from canvaslab.models.mini import PACKAGED_BASELINES, packaged_folder
+from canvaslab.models.weights import folder_fingerprint
 from canvaslab.studies.commit_order.probes import Probe, score
 from canvaslab.studies.commit_order.prompting import encode_prompt, uses_chat_template
 
@@ -62,8 +63,10 @@ def run_baseline(path: str | Path, probes: Sequence[Probe], out_dir: str | Path,
                  device: str = "cpu", dtype: str = "auto", batch_size: int = 8,
                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Score the baseline on ``probes`` and write ``out_dir/baseline.json`` (reused when ``config`` matches)."""
-    config = {"model": str(Path(path).expanduser()), "probe_ids": [probe.probe_id for probe in probes],
-              "max_new_tokens": max_new_tokens, "dtype": dtype, "decoding": "greedy"}
+    # the weights' fingerprint: a baseline.json of other weights at the same path (mini-ar retrained) is not reused
+    config = {"model": str(Path(path).expanduser()), "weights": folder_fingerprint(check_baseline_path(path)),
+              "probe_ids": [probe.probe_id for probe in probes], "max_new_tokens": max_new_tokens, "dtype": dtype,
+              "decoding": "greedy"}
     target = Path(out_dir) / BASELINE_FILE
     if target.is_file() and read_json(target).get("config") == config:
         return read_json(target)
@@ -128,5 +131,21 @@ def _accuracy(values: list[bool | None]) -> dict[str, Any]:
 
 def baseline_summary(result: dict[str, Any]) -> dict[str, Any]:
     """What ``order_metrics.json`` keeps under ``baseline``: the model and its accuracy per regime."""
-    return {"model": result["config"]["model"], "file": BASELINE_FILE, "decoding": result["config"]["decoding"],
-            "regimes": result["regimes"]}
+    return {"model": result["config"]["model"], "weights": result["config"].get("weights"), "file": BASELINE_FILE,
+            "decoding": result["config"]["decoding"], "regimes": result["regimes"]}
+
+
+def probes_of_traces(traces: str | Path, suite: str = "default") -> list[Probe]:
+    """The probes a trace file's generations answered (in order of first appearance), looked up by id in
+    ``suite``, so that a baseline can be scored on a study's probes without its store."""
+    from canvaslab.capture.commit_trace import read_traces
+    from canvaslab.studies.commit_order.probes import load_probe_suite
+
+    ids = list(dict.fromkeys((trace.regime, trace.prompt_id) for trace in read_traces(traces)))
+    regimes = list(dict.fromkeys(regime for regime, _ in ids))
+    known = {probe.probe_id: probe for probe in load_probe_suite(regimes, "all", suite=suite)}
+    missing = [probe_id for _, probe_id in ids if probe_id not in known]
+    if missing:
+        raise CanvaslabError(f"{traces}: probe {missing[0]} is not in probe suite {suite!r} "
+                             f"({len(missing)} of {len(ids)} missing); give the study's --suite")
+    return [known[probe_id] for _, probe_id in ids]

@@ -144,10 +144,9 @@ class OrderStudy(Study):
 
 
 def _load(model: dict[str, Any]):
-    from canvaslab.models import load_model
+    from canvaslab.models import load_study_model
 
-    return load_model(model["spec"], dtype=model["dtype"], device=model["device"], layers=model["layers"],
-                      seed=model["seed"])
+    return load_study_model(model)
 
 
 def order_study_for(loaded, probes: Sequence[Probe], seeds: Sequence[int], *, model: dict[str, Any] | None = None,

@@ -53,12 +53,19 @@ def first_difference(old: Any, new: Any, path: str = "") -> str | None:
     return None if old == new else (path or "(the plan)")
 
 
+_ABSENT = object()  # a field one of two plans does not have
+
+
 def _short(value: Any) -> str:
+    if value is _ABSENT:
+        return "(absent)"
     text = canonical_json(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _change(old: Any, new: Any) -> str:
+    if old is _ABSENT or new is _ABSENT:
+        return f"was {_short(old)}, now {_short(new)}"
     shortened = _short(old) != canonical_json(old) or _short(new) != canonical_json(new)
     if isinstance(old, list) and isinstance(new, list) and len(old) != len(new) and shortened:
         return f"had {len(old)} entries, now {len(new)}"  # their shortened texts may read the same
@@ -66,14 +73,15 @@ def _change(old: Any, new: Any) -> str:
 
 
 def _lookup(value: Any, path: str) -> Any:
-    """The value at a path ``first_difference`` returned (None where it is absent)."""
+    """The value at a path ``first_difference`` returned (``_ABSENT`` where there is none)."""
     for part in path.replace("[", ".[").split("."):
         if not part:
             continue
         if part.startswith("["):
-            value = value[int(part[1:-1])] if isinstance(value, list) else None
+            index = int(part[1:-1])
+            value = value[index] if isinstance(value, list) and index < len(value) else _ABSENT
         else:
-            value = value.get(part) if isinstance(value, dict) else None
+            value = value.get(part, _ABSENT) if isinstance(value, dict) else _ABSENT
     return value
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from transformers import AutoTokenizer, DiffusionGemmaConfig, PreTrainedTokenizerBase
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.models.weights import weights_fingerprint
 from canvaslab.models import load_model
 
 
@@ -29,6 +30,9 @@ class ModelFacts:
     vocab_size: int
     canvas_length: int
     generation_defaults: dict[str, Any]
+    # canvaslab.models.weights: which trained weights ``spec`` named when the plan was registered (None for
+    # random weights, and in plans registered before it was recorded)
+    weights: str | None = None
 
 
 def _checkpoint_facts(path: Path) -> tuple[DiffusionGemmaConfig, PreTrainedTokenizerBase]:
@@ -51,5 +55,6 @@ def read_model_facts(spec: str, layers: int | None = None,
         loaded = load_model(spec, device="meta", layers=layers, seed=model_seed)
         config, tokenizer, defaults = loaded.model.config, loaded.tokenizer, loaded.generation_defaults
     facts = ModelFacts(spec=spec, layers=layers, model_seed=model_seed, vocab_size=config.text_config.vocab_size,
-                       canvas_length=config.canvas_length, generation_defaults=dict(defaults))
+                       canvas_length=config.canvas_length, generation_defaults=dict(defaults),
+                       weights=weights_fingerprint(spec))
     return facts, tokenizer

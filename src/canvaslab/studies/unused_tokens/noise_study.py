@@ -78,6 +78,8 @@ def check_model_matches_plan(loaded: LoadedModel, plan: NoisePlan) -> None:
         "prompt token ids": [p.token_ids for p in plan.factors.prompts],
         "generation defaults": plan.model.generation_defaults,
     }
+    if plan.model.weights is not None:  # the same name may stand for retrained weights (models.weights)
+        found["weights"], planned["weights"] = loaded.source.get("weights"), plan.model.weights
     for name, value in planned.items():
         if found[name] != value:
             raise CanvaslabError(f"the loaded model's {name} differ from the plan's: this is not the model "

@@ -8,8 +8,9 @@ _STR_LIST = {"type": "array", "items": {"type": "string"}}
 _POSITIVE_INT_LIST = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1}}
 
 
-def _object(properties: dict, extra: bool = False) -> dict:
-    return {"type": "object", "required": sorted(properties), "properties": properties, "additionalProperties": extra}
+def _object(properties: dict, extra: bool = False, optional: tuple[str, ...] = ()) -> dict:
+    return {"type": "object", "required": sorted(set(properties) - set(optional)), "properties": properties,
+            "additionalProperties": extra}
 
 
 PLAN_SCHEMA = _object({
@@ -25,7 +26,8 @@ PLAN_SCHEMA = _object({
         "vocab_size": {"type": "integer", "minimum": 1},
         "canvas_length": {"type": "integer", "minimum": 1},
         "generation_defaults": {"type": "object"},
-    }),
+        "weights": {"type": ["string", "null"]},
+    }, optional=("weights",)),  # plans registered before the weights' fingerprint have none
     "generation": _object({
         "rng": {"const": "row"},  # the pairing and the safeguard rest on per-row random streams
         "copy_prompt_cache": {"type": "boolean"},
