@@ -7,7 +7,9 @@
 #      resumable, then is evaluated on the non-code tasks and shipped as the preset `mini`;
 #   2. the sibling trains on the same examples for the same steps, on the same GPU at the same time
 #      (or, with SIBLING=after, once the diffusion model is done), then is evaluated and shipped as `mini-ar`;
-#      SIBLING=keep trains none: the shipped `mini-ar` stays the sibling (the device time goes to the model);
+#      SIBLING=keep trains none: the shipped `mini-ar` stays the sibling (the device time goes to the model),
+#      so its steps are no longer the model's: train it for them afterwards (issue 14 asks for the same budget),
+#      as session 16 did for run 6 (benchmarks/results/mini_h200_run6/sibling/sibling_call.sh);
 #   3. the default (2,304-condition) noise study on `mini` (NOISE_PROCS processes on one store) and the
 #      commit-order study (mini probe suite, sibling as baseline; code needs bubblewrap, which the GPU
 #      machine lacks) run in what time is left; both resume from their stores.

@@ -16,9 +16,11 @@ import typer
 from canvaslab.cli import options
 from canvaslab.cli.app import app
 from canvaslab.cli.order_study import SUITES, add_baseline, checked_baseline
+from canvaslab.errors import CanvaslabError
 
 RESULT_NAME = "order_metrics.json"
 PARQUET_NAME = "traces.parquet"
+BASELINE_TOKENS = 256  # the shipped mini's and DiffusionGemma's max_new_tokens
 
 
 @app.command("order-metrics")
@@ -35,17 +37,28 @@ def order_metrics_command(
     baseline: Annotated[Optional[Path], typer.Option(
         "--baseline", help="local autoregressive transformers checkpoint, or mini (its shipped AR sibling): its "
         "accuracy on the traces' probes")] = None,
-    suite: Annotated[str, typer.Option("--suite", help="the probe suite the traces' probes come from (with --baseline)",
-                                       callback=options.one_of(SUITES))] = "default",
-    max_new_tokens: Annotated[int, typer.Option(
-        "--max-new-tokens", help="the baseline's token budget: the study's (order_metrics.json: "
-        "study.generation.max_new_tokens)", callback=options.whole_number(1))] = 256,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="baseline prompts per generate call",
-                                            callback=options.whole_number(1))] = 8,
-    dtype: options.Dtype = "auto",
-    device: options.Device = "cpu",
+    suite: Annotated[Optional[str], typer.Option(
+        "--suite", help="with --baseline: the probe suite of the traces' probes (default: default)",
+        callback=options.one_of(SUITES))] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        "--max-new-tokens", help="with --baseline: its token budget, the study's max_new_tokens (order_metrics.json: "
+        f"study.generation.max_new_tokens; not the pass budget); default {BASELINE_TOKENS}",
+        callback=options.whole_number(1))] = None,
+    batch_size: Annotated[Optional[int], typer.Option(
+        "--batch-size", help="with --baseline: prompts per generate call (default 8)",
+        callback=options.whole_number(1))] = None,
+    dtype: Annotated[Optional[str], typer.Option(
+        "--dtype", help="with --baseline: its dtype (default auto: the checkpoint's)",
+        callback=options.one_of(options.DTYPES))] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="with --baseline: cpu, cuda, cuda:N or auto "
+                                                  "(default cpu)")] = None,
 ) -> None:
     """Commit order per regime: tau_b, block tau, control, batching, un-accepts, confidence vs correctness."""
+    baseline_settings = {"suite": suite, "max_new_tokens": max_new_tokens, "batch_size": batch_size,
+                         "dtype": dtype, "device": device}
+    if baseline is None and any(value is not None for value in baseline_settings.values()):
+        given = next(name for name, value in baseline_settings.items() if value is not None)
+        raise CanvaslabError(f"--{given.replace('_', '-')} sets how --baseline runs: give --baseline too")
     baseline_path = checked_baseline(baseline)  # before the measures: a typo costs nothing
     # Imported here: scipy and scikit-learn take ~1 s, which every other canvaslab command would pay.
     from rich.console import Console
@@ -54,15 +67,19 @@ def order_metrics_command(
     from canvaslab.io import write_json_atomic
     from canvaslab.reports.order_metrics import order_metrics_tables, pooled_auroc_line
 
-    if baseline_path is not None:  # the probes are found (or refused) before anything is written
+    if baseline_path is not None:  # probes and device are checked before anything runs or is written
+        from canvaslab.models.loading import resolve_device
         from canvaslab.studies.commit_order.baseline import BASELINE_FILE, probes_of_traces
 
-        probes = probes_of_traces(traces, suite)
+        probes = probes_of_traces(traces, suite or "default")
+        resolve_device(device or "cpu")
     metrics = compute_order_metrics(traces, n_bootstrap=bootstrap, seed=seed)
-    written = [write_json_atomic(out / RESULT_NAME, metrics)]
-    if baseline_path is not None:
-        metrics = add_baseline(metrics, baseline_path, probes, out, max_new_tokens, device, dtype, batch_size)
-        written.append(out / BASELINE_FILE)
+    if baseline_path is None:
+        written = [write_json_atomic(out / RESULT_NAME, metrics)]
+    else:  # writes baseline.json and order_metrics.json only once the baseline has run
+        metrics = add_baseline(metrics, baseline_path, probes, out, max_new_tokens or BASELINE_TOKENS,
+                               device or "cpu", dtype or "auto", batch_size or 8)
+        written = [out / RESULT_NAME, out / BASELINE_FILE]
     if parquet and traces.resolve() != (out / PARQUET_NAME).resolve():
         from canvaslab.capture.commit_trace import export_parquet, read_traces
 

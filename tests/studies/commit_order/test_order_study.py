@@ -208,3 +208,20 @@ def test_order_metrics_scores_a_baseline_on_the_probes_of_a_trace_file(tiny_llam
               "--baseline", str(tiny_llama), "--suite", "mini"])
     assert exit_info.value.code == 2 and "not in probe suite 'mini'" in capsys.readouterr().err
     assert not (tmp_path / "other").exists()
+
+
+def test_order_metrics_writes_nothing_when_the_baseline_cannot_load(tmp_path, capsys):
+    """A baseline that fails to load (here the diffusion model, not a causal LM) leaves no half-written folder,
+    and the baseline's settings without --baseline are refused rather than ignored."""
+    study = tmp_path / "study"
+    main(["order-study", "--regimes", "factual", "--seeds", "1", "--prompts-per-regime", "1", "--steps", "2",
+          "--max-new-tokens", "8", "--bootstrap", "10", "--out", str(study)])
+    capsys.readouterr()
+    from canvaslab.models.mini import packaged_folder
+
+    for extra, message in ((["--baseline", str(packaged_folder("mini"))], "cannot load a causal LM"),
+                           (["--suite", "mini"], "--suite sets how --baseline runs")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["order-metrics", str(study / TRACES_FILE), "--out", str(tmp_path / "measured"), *extra])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+        assert not (tmp_path / "measured").exists()

@@ -82,7 +82,8 @@ def check_model_matches_plan(loaded: LoadedModel, plan: NoisePlan) -> None:
         found["weights"], planned["weights"] = loaded.source.get("weights"), plan.model.weights
     for name, value in planned.items():
         if found[name] != value:
-            raise CanvaslabError(f"the loaded model's {name} differ from the plan's: this is not the model "
+            shown = f" ({found[name]}, the plan's {value})" if name == "weights" else ""
+            raise CanvaslabError(f"the loaded model's {name} differ from the plan's{shown}: this is not the model "
                                  f"{plan.model.spec!r} the plan was registered for")
 
 
