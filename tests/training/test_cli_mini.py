@@ -35,3 +35,14 @@ def test_passages_refuses_a_corpus_without_manifest(tmp_path):
 def test_order_study_refuses_an_unknown_suite_in_one_line(tmp_path):
     result = _run("order-study", "--suite", "nope", "--out", str(tmp_path / "o"))
     assert result.returncode == 2 and "--suite" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_card_refuses_a_folder_without_training_json_and_a_mismatched_sibling(tmp_path):
+    result = _run("mini", "card", str(tmp_path))
+    assert result.returncode == 2 and "no training.json" in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "run").mkdir(), (tmp_path / "ar").mkdir()
+    (tmp_path / "run" / "training.json").write_text('{"pool_tokens": 1, "diffusion": {"steps": 2}}')
+    (tmp_path / "ar" / "training.json").write_text('{"pool_tokens": 2, "autoregressive": {"steps": 2}}')
+    result = _run("mini", "card", str(tmp_path / "run"), "--sibling", str(tmp_path / "ar"))
+    assert result.returncode == 2 and "pool_tokens" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "MODEL_CARD.md").exists()

@@ -387,3 +387,32 @@ def test_the_card_of_a_sibling_only_run_shows_its_quality(tmp_path):
     card = write_card(tmp_path).read_text()
     assert "| add2 (accuracy) | 5 | - | 0.800 | - |" in card
     assert "| prose (english_word_share) | 5 | - | 0.900 | - |" in card
+
+
+def test_a_card_joins_a_sibling_trained_apart_only_on_the_same_examples_and_steps(tmp_path):
+    """Session 16 trained run 6's sibling in a run of its own: one card shows both, but only if the examples
+    and steps match."""
+    from canvaslab.errors import CanvaslabError
+
+    history = [{"step": 0, "loss": 8.3, "tokens": 100}, {"step": 1, "loss": 7.1, "tokens": 200}]
+    common = {"settings": {"batch_size": 4, "learning_rate": 7e-4, "warmup_steps": 1, "seed": 0},
+              "pool_examples": 8, "pool_tokens": 300, "mixture_counts": {"add2": 8}, "answers": {"sum_format": "plain"},
+              "environment": {"device": "cpu"}}
+    model, sibling = tmp_path / "model", tmp_path / "sibling"
+    model.mkdir(), sibling.mkdir()
+    (model / "training.json").write_text(json.dumps(
+        {**common, "diffusion": {"parameters": 12, "history": history, "steps": 2, "train_seconds": 2.0}}))
+    (model / "quality_diffusion.json").write_text(json.dumps(
+        {"per_task": 5, "environment": {"device": "cpu"}, "diffusion": {"add2": {"n": 5, "accuracy": 0.4}}}))
+    (sibling / "quality_autoregressive.json").write_text(json.dumps(
+        {"per_task": 5, "environment": {"device": "cpu"}, "autoregressive": {"add2": {"n": 5, "accuracy": 0.8}}}))
+    trained = {"parameters": 10, "history": history, "steps": 2, "train_seconds": 1.0}
+    (sibling / "training.json").write_text(json.dumps({**common, "autoregressive": trained}))
+    card = write_card(model, sibling=sibling).read_text()
+    assert "| add2 (accuracy) | 5 | 0.400 | 0.800 | - |" in card and "autoregressive: 2 steps" in card
+    (sibling / "training.json").write_text(json.dumps({**common, "pool_tokens": 301, "autoregressive": trained}))
+    with pytest.raises(CanvaslabError, match="pool_tokens"):
+        write_card(model, sibling=sibling)
+    (sibling / "training.json").write_text(json.dumps({**common, "autoregressive": {**trained, "steps": 3}}))
+    with pytest.raises(CanvaslabError, match="step count"):
+        write_card(model, sibling=sibling)

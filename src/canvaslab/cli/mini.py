@@ -1,5 +1,6 @@
-"""``canvaslab mini train`` (train `mini` and its AR sibling) and ``canvaslab mini passages`` (cut the
-assets corpus into the prose passages the training mixture uses)."""
+"""``canvaslab mini train`` (train `mini` and its AR sibling), ``canvaslab mini passages`` (cut the
+assets corpus into the prose passages the training mixture uses) and ``canvaslab mini card`` (a run's model
+card, again, from its files)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,18 @@ def train(
     if eval_per_task:
         evaluate_models(out, passages_file, eval_per_task, device, seed=seed, log=typer.echo)
     typer.echo(f"wrote {write_card(out)}")
+
+
+@mini_app.command("card")
+def card(
+    run: Path = typer.Argument(..., help="a training run's folder (its training.json and quality_*.json)"),
+    sibling: Optional[Path] = typer.Option(None, "--sibling", help="the folder of a run that trained only the AR "
+                                           "sibling, on the same examples for the same steps"),
+) -> None:
+    """Write the run's MODEL_CARD.md and loss.png again from its files (with a sibling trained apart)."""
+    from canvaslab.training.card import write_card
+
+    for folder in (run, sibling):
+        if folder is not None and not (folder / "training.json").is_file():
+            raise CanvaslabError(f"{folder}: no training.json, so not a training run's folder")
+    typer.echo(f"wrote {write_card(run, sibling=sibling)}")

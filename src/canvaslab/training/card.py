@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from canvaslab.errors import CanvaslabError
 from canvaslab.io import read_json
 
 
@@ -65,10 +66,34 @@ def merge_quality(parts: list[dict]) -> dict:
     return merged
 
 
-def write_card(run_dir: Path) -> Path:
-    """``MODEL_CARD.md`` in ``run_dir`` (and the loss curve ``loss.png`` beside it)."""
+# What makes two runs' examples the same (the pool is seeded; its size, tokens and per-task counts name it)
+SAME_EXAMPLES = ("pool_examples", "pool_tokens", "mixture_counts", "answers")
+
+
+def _with_sibling(training: dict, sibling: Path) -> dict:
+    """``training`` with the autoregressive model of a run that trained only the sibling (``sibling`` holds its
+    ``training.json``), refused unless it trained on the same examples for the same steps."""
+    other = read_json(sibling / "training.json")
+    if "autoregressive" not in other:
+        raise CanvaslabError(f"{sibling}/training.json has no autoregressive model")
+    differing = [key for key in SAME_EXAMPLES if other.get(key) != training.get(key)]
+    steps = [training[name]["steps"] for name in ("diffusion",) if name in training]
+    if differing or steps and other["autoregressive"]["steps"] != steps[0]:
+        what = f"its {differing[0]}" if differing else "its step count"
+        raise CanvaslabError(f"{sibling}: the sibling did not train on the same examples for the same steps ({what} "
+                             "differs), so one card cannot compare them")
+    return {**training, "autoregressive": other["autoregressive"]}
+
+
+def write_card(run_dir: Path, sibling: Path | None = None) -> Path:
+    """``MODEL_CARD.md`` in ``run_dir`` (and the loss curve ``loss.png`` beside it); ``sibling``: the folder of a
+    run that trained only the autoregressive sibling, for the same examples and steps (its quality files too)."""
     training = read_json(run_dir / "training.json")
-    quality = merge_quality([read_json(path) for path in sorted(run_dir.glob("quality_*.json"))])
+    quality_files = sorted(run_dir.glob("quality_*.json"))
+    if sibling is not None:
+        training = _with_sibling(training, sibling)
+        quality_files += sorted(sibling.glob("quality_autoregressive*.json"))
+    quality = merge_quality([read_json(path) for path in quality_files])
     plot_loss(training, run_dir / "loss.png")
     settings = training["settings"]
     models = [name for name in ("diffusion", "autoregressive") if name in training]
