@@ -146,12 +146,13 @@ def add_baseline(metrics: dict[str, Any], path: Path, probes, out: Path, max_new
 
 
 def _print_results(console, metrics: dict[str, Any], out: Path, parquet: bool, wide: bool) -> None:
-    from canvaslab.reports.order_metrics import order_metrics_tables
+    from canvaslab.reports.order_metrics import order_metrics_tables, pooled_auroc_line
     from canvaslab.studies.commit_order.baseline import BASELINE_FILE
     from canvaslab.studies.commit_order.study import METRICS_FILE, PARQUET_FILE, TRACES_FILE
 
     for table in order_metrics_tables(metrics, wide=wide):
         console.print(table)
+    console.print(pooled_auroc_line(metrics["pooled_auroc"]), highlight=False)  # as order-metrics prints it
     written = [TRACES_FILE, METRICS_FILE, *([PARQUET_FILE] if parquet else []),
                *([BASELINE_FILE] if "baseline" in metrics else [])]
     console.print(f"wrote {', '.join(str(out / name) for name in written)}", highlight=False)

@@ -141,6 +141,7 @@ def test_cli_study_with_baseline_prints_the_table(tiny_llama, tmp_path, capsys):
     assert (out / BASELINE_FILE).is_file()
     printed = capsys.readouterr().out
     assert "AR acc" in printed and "factual" in printed and "json" in printed
+    assert "pooled AUROC" in printed  # the same lines as order-metrics on the same traces
 
 
 def test_cli_refuses_a_missing_baseline_before_generating(tmp_path, capsys):
