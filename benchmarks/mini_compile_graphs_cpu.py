@@ -7,7 +7,7 @@ Compile time grows with the number of distinct graphs. This runs a few real trai
 own; no Inductor code is generated, so it runs in seconds on a CPU) and reports Dynamo's counters and the
 guard failures that caused each recompile, grouped by the guarded expression.
 
-    python benchmarks/mini_compile_graphs_cpu.py --parts layers --out FILE [--steps 4]
+    python benchmarks/mini_compile_graphs_cpu.py --parts layers --out FILE [--steps 4] [--unspec-int-attributes]
 """
 
 from __future__ import annotations
@@ -51,7 +51,11 @@ def main() -> None:
     parser.add_argument("--parts", choices=("layers", "leaves"), default="layers")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--unspec-int-attributes", action="store_true",
+                        help="Dynamo's allow_unspec_int_on_nn_module: modules' int attributes (a layer's index) "
+                             "as symbols, not constants (does it share one graph among a type's layers?)")
     args = parser.parse_args()
+    torch._dynamo.config.allow_unspec_int_on_nn_module = args.unspec_int_attributes
     original_compile = torch.nn.Module.compile
     torch.nn.Module.compile = lambda self, **kw: original_compile(self, backend="eager", **kw)
     handler = _GuardFailures()
@@ -63,7 +67,8 @@ def main() -> None:
     modules = compile_parts(model, args.parts)
     train(model, pool, TrainSettings(steps=args.steps, batch_size=4, log_every=1, learning_rate=1e-4),
           "diffusion", canvas_length=128)
-    result = {"parts": args.parts, "modules_compiled": modules, "steps": args.steps,
+    result = {"parts": args.parts, "unspec_int_attributes": args.unspec_int_attributes,
+              "modules_compiled": modules, "steps": args.steps,
               "unique_graphs": counters["stats"]["unique_graphs"], "frames": dict(counters["frames"]),
               "recompile_reasons": dict(handler.reasons.most_common()),
               "environment": environment_fingerprint(device=torch.device("cpu"))}
