@@ -18,13 +18,14 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from canvaslab.capture.commit_trace import read_traces
 from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import read_json, write_json_atomic
 from canvaslab.models.loading import progress_bars_only_on_a_terminal, resolve_device, resolve_dtype
 from canvaslab.models.mini import PACKAGED_BASELINES, packaged_folder
 from canvaslab.models.weights import folder_fingerprint
-from canvaslab.studies.commit_order.probes import Probe, score
+from canvaslab.studies.commit_order.probes import Probe, load_probe_suite, score
 from canvaslab.studies.commit_order.prompting import encode_prompt, uses_chat_template
 
 BASELINE_FILE = "baseline.json"
@@ -138,9 +139,6 @@ def baseline_summary(result: dict[str, Any]) -> dict[str, Any]:
 def probes_of_traces(traces: str | Path, suite: str = "default") -> list[Probe]:
     """The probes a trace file's generations answered (in order of first appearance), looked up by id in
     ``suite``, so that a baseline can be scored on a study's probes without its store."""
-    from canvaslab.capture.commit_trace import read_traces
-    from canvaslab.studies.commit_order.probes import load_probe_suite
-
     ids = list(dict.fromkeys((trace.regime, trace.prompt_id) for trace in read_traces(traces)))
     regimes = list(dict.fromkeys(regime for regime, _ in ids))
     known = {probe.probe_id: probe for probe in load_probe_suite(regimes, "all", suite=suite)}
