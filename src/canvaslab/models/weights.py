@@ -1,7 +1,7 @@
 """Which trained weights a ``--model`` names: an identity that study plans record.
 
 A study resumed in its folder must run the weights it started with. A name such as ``mini`` or a checkpoint
-path stays the same when the weights behind it are retrained (``mini`` was retrained in sessions 15 and 16),
+path stays the same when the weights behind it are retrained (``mini`` in session 15, its sibling in 16),
 so plans record this fingerprint beside the name, and a resume with other weights is refused as another plan.
 """
 
