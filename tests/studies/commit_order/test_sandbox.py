@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -553,3 +554,39 @@ def test_the_docstring_states_what_is_and_is_not_enforced():
     for item in ("--unshare-all", "--disable-userns", "RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NPROC",
                  "--die-with-parent", "SandboxUnavailable", "plain data"):
         assert item in doc, item
+
+
+def test_kill_returns_only_once_the_namespace_init_has_exited(monkeypatch):
+    """bwrap returns as soon as the jail's command ends, before its namespace's init has finished killing
+    the namespace (a child that takes long to die keeps the init waiting). ``kill`` must wait for the init
+    itself, or a process of the jail can outlive the run (seen in CI: a session child alive after it)."""
+    seen = []
+    original = jail.Jail.kill
+
+    def kill_after_bwrap_returned(self):
+        self.attach()
+        deadline = time.monotonic() + 10
+        while self.process.poll() is None and time.monotonic() < deadline:  # the candidate ends by itself
+            time.sleep(0.005)
+        init = os.dup(self.init_pidfd) if self.init_pidfd is not None else None
+        status = original(self)
+        if init is not None:
+            seen.append(bool(select.select([init], [], [], 0)[0]))  # readable: the init has exited
+            os.close(init)
+        return status
+
+    monkeypatch.setattr(jail.Jail, "kill", kill_after_bwrap_returned)
+    # children whose 400 MB each take a while to free when the kernel kills them, so the init waits for them
+    code = """
+        import subprocess, sys
+        children = [subprocess.Popen([sys.executable, "-c", "import sys, time; x = bytearray(400 * 1024**2); "
+                                      "sys.stdout.write('ready'); sys.stdout.flush(); time.sleep(120)"],
+                                     stdout=subprocess.PIPE) for _ in range(3)]
+        for child in children:
+            child.stdout.read(5)
+        def probe():
+            return 1
+        """
+    result = _run(code, "assert probe() == 1", SandboxLimits(timeout_s=30, cpu_time_s=10))
+    assert result.passed, result.failure
+    assert seen and all(seen), seen

@@ -59,8 +59,8 @@ What each jail ENFORCES (bubblewrap flags and kernel limits, ``jail.Isolation.co
   (``RLIMIT_NOFILE``), no core dumps;
 - a wall-clock limit for the whole run, after which, and after every run, the init of each jail's
   PID namespace is killed: the kernel then kills every process in the namespace, children started
-  in a new session included, before bwrap returns. If this process dies, ``--die-with-parent``
-  takes the jails with it.
+  in a new session included, before the init exits, and the run returns only once it has (bwrap
+  itself may return earlier). If this process dies, ``--die-with-parent`` takes the jails with it.
 
 Where isolation cannot be had (no ``bwrap`` or ``prlimit``, bubblewrap older than 0.8, user
 namespaces refused, or a jail that fails its self-check: ``jail.require_isolation`` starts one once

@@ -134,13 +134,16 @@ class Jail:
 
     def kill(self) -> int:
         """SIGKILL the namespace's init: the kernel then kills every process in the namespace (a
-        ``setsid`` child included) before the init is reaped; bwrap, our child, exits after that."""
+        ``setsid`` child included) before the init has exited, which is what this waits for. bwrap, our
+        child, cannot be waited for instead: it returns as soon as the jail's command ends, while the init
+        may still be killing the rest (a run's process then outlived it, seen in CI)."""
         self.attach()
         if self.init_pidfd is not None:
             try:
                 signal.pidfd_send_signal(self.init_pidfd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            select.select([self.init_pidfd], [], [], 10)  # a pidfd turns readable once its process has exited
             os.close(self.init_pidfd)
             self.init_pidfd = None
         try:
