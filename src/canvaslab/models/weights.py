@@ -39,8 +39,8 @@ def _sample_offsets(size: int) -> list[int]:
 
 def folder_fingerprint(folder: Path) -> str:
     """sha256 over each weight file's name and size and 16 evenly spaced 1 MiB samples of it (the whole file
-    up to 16 MiB, so every byte of ``mini``). Retraining changes every sample; reading 16 MiB per shard keeps
-    this to seconds on a 26B checkpoint. It identifies a checkpoint; it is not a tamper check."""
+    up to 16 MiB, so every byte of ``mini``: 0.03 s). Retraining changes every sample, and at most 16 MiB are
+    read per file, whatever the checkpoint's size. It identifies a checkpoint; it is not a tamper check."""
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)):
         size = path.stat().st_size

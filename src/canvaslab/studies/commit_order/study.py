@@ -95,7 +95,9 @@ class OrderStudy(Study):
         return [[planned.generation_id for planned in batch] for batch in batches(self.planned(), self.batch_size)]
 
     def prepare(self):
-        loaded = self.loaded or _load(self.model)
+        from canvaslab.models import load_study_model
+
+        loaded = self.loaded or load_study_model(self.model)
         ensure_traceable(loaded.model, self.mode)
         return loaded
 
@@ -141,12 +143,6 @@ class OrderStudy(Study):
             "chat_template": self.chat_template,
             "n_generations_planned": len(self.probes) * len(self.seeds),
         }
-
-
-def _load(model: dict[str, Any]):
-    from canvaslab.models import load_study_model
-
-    return load_study_model(model)
 
 
 def order_study_for(loaded, probes: Sequence[Probe], seeds: Sequence[int], *, model: dict[str, Any] | None = None,
