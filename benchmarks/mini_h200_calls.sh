@@ -21,7 +21,7 @@
 # COMPILE (leaves), NOISE_PROCS (3), ORDER_ARGS (--seeds 5 --prompts-per-regime 20), SIBLING (beside: both
 # models train at once; after: the sibling starts when the diffusion model is done; keep: no sibling is
 # trained, the shipped one serves), SUM_FORMAT (the training
-# default; run 5: padded), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
+# default; run 5: padded), MIXTURE (overrides of the tasks' shares, e.g. add3=0.27,fact=0.10; run 7), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
 set -u
 state=$1 passages=$2 pack=$3 deadline=$4 budget=${5:-700} counts=${6:+--token-counts $6}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,6 +32,11 @@ case ${SIBLING:=beside} in beside|after|keep) ;; *) echo "SIBLING must be beside
 if [ -n "${SUM_FORMAT:-}" ] && ! python -c 'import sys; from canvaslab.training.tasks.arithmetic import SUM_FORMATS as F
 sys.exit(sys.argv[1] not in F)' "$SUM_FORMAT" 2>/dev/null; then
   echo "SUM_FORMAT '$SUM_FORMAT' is not a sum format of canvaslab.training.tasks.arithmetic (or canvaslab is not importable)" >&2
+  exit 2
+fi
+if [ -n "${MIXTURE:-}" ] && ! python -c 'import sys; from canvaslab.training.tasks import parse_shares
+parse_shares(sys.argv[1])' "$MIXTURE" 2>/dev/null; then
+  echo "MIXTURE '$MIXTURE' is not a list of TASK=SHARE overrides (or canvaslab is not importable)" >&2
   exit 2
 fi
 if [ "$SIBLING" = keep ] && ! python -c 'import sys; from canvaslab.models.mini import packaged_folder as f
@@ -57,7 +62,7 @@ train() {  # train KIND OUT_FOLDER EVAL_MODEL EXTRA...
       --eval-tasks add2,add3,word,fact,json,prose --passages "$passages" --batch-size "${BATCH:-512}" \
       --lr "${LR:-7e-4}" --examples "${EXAMPLES:-600000}" --steps "${STEPS:-20000}" --device "$device" \
       --compile "${COMPILE:-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny \
-      ${SUM_FORMAT:+--sum-format "$SUM_FORMAT"} "$@"
+      ${SUM_FORMAT:+--sum-format "$SUM_FORMAT"} ${MIXTURE:+--mixture "$MIXTURE"} "$@"
 }
 if [ ! -f "$state/d/training.json" ]; then
   train diffusion "$state/d" diffusion --time-budget "$budget" --steps-file "$state/steps.txt" \

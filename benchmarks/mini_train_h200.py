@@ -25,7 +25,7 @@ from pathlib import Path
 from canvaslab.training.card import write_card
 from canvaslab.training.loop import TrainSettings, TrainingPaused
 from canvaslab.training.run import RunSpec, evaluate_models, train_models
-from canvaslab.training.tasks import AnswerStyle
+from canvaslab.training.tasks import AnswerStyle, parse_shares
 from canvaslab.training.tasks.arithmetic import SUM_FORMATS
 
 
@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--stop-after", type=float, help="seconds: pause training (checkpointed) after this long")
     parser.add_argument("--sum-format", default=AnswerStyle.sum_format, choices=SUM_FORMATS,
                         help="how addition answers write sums (canvaslab.training.tasks.arithmetic)")
+    parser.add_argument("--mixture", default="", help="overrides of the tasks' shares, e.g. add3=0.27,fact=0.10")
     parser.add_argument("--logit-adjustment", action="store_true",
                         help="NoiseSchedule.logit_adjustment: the loss weights no longer bias the predictions")
     parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
@@ -100,7 +101,8 @@ def main() -> None:
         settings = replace(settings, schedule=replace(settings.schedule, logit_adjustment=True))
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
                    kinds=tuple(args.kinds.split(",")), compile_parts=args.compile,
-                   answers=AnswerStyle(args.sum_format), checkpoint_dir=args.checkpoint_dir,
+                   answers=AnswerStyle(args.sum_format), shares=tuple(parse_shares(args.mixture).items()),
+                   checkpoint_dir=args.checkpoint_dir,
                    stop_at=None if args.stop_after is None else time.monotonic() + args.stop_after, **(TINY if args.tiny else {}))
     try:
         train_models(spec, log=lambda m: print(m, flush=True), on_saved=lambda folder: _pack_weights(folder, args.pack),

@@ -46,3 +46,11 @@ def test_card_refuses_a_folder_without_training_json_and_a_mismatched_sibling(tm
     result = _run("mini", "card", str(tmp_path / "run"), "--sibling", str(tmp_path / "ar"))
     assert result.returncode == 2 and "pool_tokens" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "run" / "MODEL_CARD.md").exists()
+
+
+def test_train_refuses_a_bad_mixture_in_one_line_before_any_work(tmp_path):
+    for mixture, message in (("add4=0.3", "no task 'add4'"), ("add3=-1", "finite number >= 0"),
+                             ("add3", "not TASK=SHARE"), ("add3=lots", "not TASK=SHARE")):
+        result = _run("mini", "train", "--out", str(tmp_path / "new"), "--device", "cpu", "--mixture", mixture)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, mixture
+        assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "new").exists()

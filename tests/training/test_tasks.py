@@ -11,7 +11,8 @@ import pytest
 from canvaslab.errors import CanvaslabError
 from canvaslab.studies.commit_order.probes import score
 from canvaslab.studies.commit_order.probes.probe import make_probe
-from canvaslab.training.tasks import EVAL_TASKS, MIXTURE, RUN4_STYLE, AnswerStyle, Mixture, split_of
+from canvaslab.training.tasks import (EVAL_TASKS, MIXTURE, RUN4_STYLE, AnswerStyle, Mixture, mixture_shares, parse_shares,
+                                     split_of)
 from canvaslab.training.tasks.arithmetic import SUM_FORMATS, written_sum
 from canvaslab.training.tasks.base import TRAIN_ONLY, phrase
 from canvaslab.training.tasks.knowledge import KB_SIZE, knowledge_base
@@ -181,3 +182,27 @@ def test_mixture_weights_cover_every_task():
 def test_the_default_answer_style_is_the_shipped_models():
     # `canvaslab mini train` with its defaults writes the training answers as the shipped `mini` saw them
     assert AnswerStyle() == RUN4_STYLE
+
+
+def test_share_overrides_change_the_training_draws_and_never_the_held_out_examples(passages):
+    default, weighted = Mixture(passages), Mixture(passages, shares={"add3": 0.5, "prose": 0.0})
+    drawn = [weighted.sample(random.Random(f"draw/{i}")).task for i in range(2000)]
+    assert "prose" not in drawn and 0.4 < drawn.count("add3") / len(drawn) < 0.6
+    for task in set(EVAL_TASKS) - {"prose"}:  # (the fixture's two passages hold none out)
+        assert [e.prompt for e in weighted.heldout(task, 5)] == [e.prompt for e in default.heldout(task, 5)]
+
+
+def test_without_overrides_the_draws_are_the_earlier_runs(passages):
+    # the pools of runs 1-6 (drawn before shares could be changed) come out again bit for bit
+    draws = [Mixture(passages, shares=shares).sample(random.Random(3)) for shares in (None, {})]
+    task = random.Random(3).choices(list(MIXTURE), list(MIXTURE.values()))[0]
+    assert draws[0] == draws[1] and draws[0].task == task
+
+
+def test_mixture_shares_are_scaled_to_one_and_bad_ones_refused():
+    shares = mixture_shares({"add3": 0.27, "fact": 0.10, "code": 0.07})
+    assert abs(sum(shares.values()) - 1) < 1e-12 and abs(shares["add3"] - 0.27) < 1e-9
+    assert parse_shares(" add3=0.27 , fact=0.1,") == {"add3": 0.27, "fact": 0.1}
+    for bad in ({"add4": 0.1}, {"add3": float("nan")}, {task: 0.0 for task in MIXTURE}):
+        with pytest.raises(CanvaslabError):
+            mixture_shares(bad)

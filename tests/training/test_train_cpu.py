@@ -39,7 +39,7 @@ def trained(tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("mini-run")
     settings = TrainSettings(steps=12, batch_size=6, learning_rate=3e-3, warmup_steps=2, log_every=1, seed=3)
     report = train_models(RunSpec(out, None, settings, device="cpu", examples=72, text_overrides=TOY,
-                                  canvas_length=32), log=lambda message: None)
+                                  canvas_length=32, shares=(("add3", 0.5),)), log=lambda message: None)
     return out, report
 
 
@@ -84,6 +84,9 @@ def test_model_card_and_loss_curve(trained):
     assert report["answers"] == asdict(AnswerStyle())  # how the answers were written, on the card too
     assert report["settings"]["schedule"]["logit_adjustment"] is False  # an option, off unless asked for
     assert f"'sum_format': '{AnswerStyle().sum_format}'" in card
+    # the fixture draws 3-digit sums at 0.5 / 1.32 of the examples: the shares drawn, and their effect, recorded
+    assert abs(report["mixture_shares"]["add3"] - 0.5 / 1.32) < 1e-9 and "add3 0.38" in card
+    assert max(report["mixture_counts"], key=report["mixture_counts"].get) == "add3"
 
 
 def test_noise_is_nested_and_uniform_over_the_vocabulary():

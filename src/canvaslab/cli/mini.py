@@ -12,7 +12,7 @@ import typer
 
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
-from canvaslab.training.tasks import AnswerStyle
+from canvaslab.training.tasks import AnswerStyle, parse_shares
 
 mini_app = typer.Typer(help="the trained miniature DiffusionGemma: prepare data, train, evaluate", no_args_is_help=True)
 app.add_typer(mini_app, name="mini")
@@ -59,6 +59,8 @@ def train(
     sum_format: str = typer.Option(AnswerStyle.sum_format, "--sum-format", help="how addition answers write sums: "
                                    "'plain' (= 91, the shipped mini's), 'padded' (24 + 67 = 091: every digit at a fixed place, "
                                    "run 5) or 'columns' (the school method, units first)"),
+    mixture: str = typer.Option("", "--mixture", help="change some tasks' training shares, e.g. 'add3=0.27,fact=0.10' "
+                                "(the rest keep tasks.MIXTURE's; all are then scaled to sum to 1)"),
     logit_adjustment: bool = typer.Option(False, "--logit-adjustment", help="the loss reads the logits plus the log "
                                           "of its weights, which then no longer bias the predictions (docs/mini-model.md)"),
 ) -> None:
@@ -75,12 +77,14 @@ def train(
     if compile_parts not in ("", "layers", "leaves"):
         raise CanvaslabError(f"--compile {compile_parts!r}: choose 'layers' or 'leaves'")
     answers = AnswerStyle(sum_format)
+    shares = tuple(parse_shares(mixture).items())
     resolve_device(device)
     settings = TrainSettings(steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
                              warmup_steps=min(100, steps // 10 + 1))
     if logit_adjustment:
         settings = replace(settings, schedule=replace(settings.schedule, logit_adjustment=True))
-    train_models(RunSpec(out, passages_file, settings, device=device, compile_parts=compile_parts, answers=answers),
+    train_models(RunSpec(out, passages_file, settings, device=device, compile_parts=compile_parts, answers=answers,
+                         shares=shares),
                  log=typer.echo)
     if eval_per_task:
         evaluate_models(out, passages_file, eval_per_task, device, seed=seed, log=typer.echo)

@@ -66,6 +66,13 @@ def merge_quality(parts: list[dict]) -> dict:
     return merged
 
 
+def _shares(training: dict) -> str:
+    from canvaslab.training.tasks import MIXTURE
+
+    shares = training.get("mixture_shares", MIXTURE)
+    return ", ".join(f"{task} {share:.2f}" for task, share in shares.items())
+
+
 # What makes two runs' examples the same (the pool is seeded; its size, tokens and per-task counts name it)
 SAME_EXAMPLES = ("pool_examples", "pool_tokens", "mixture_counts", "answers")
 
@@ -108,6 +115,8 @@ def write_card(run_dir: Path, sibling: Path | None = None) -> Path:
         f"warm-up {settings['warmup_steps']} steps, seed {settings['seed']}",
         f"- example pool: {training['pool_examples']:,} examples, {training['pool_tokens']:,} tokens",
         f"- mixture (examples per task): {training['mixture_counts']}",
+        # training.json before session 17 predates share overrides: those runs drew tasks.MIXTURE's shares
+        f"- task shares drawn: {_shares(training)}",
         # training.json of runs 1-4 predates the answer style: they wrote sums plainly
         f"- answers: {training.get('answers', {'sum_format': 'plain'})} (tasks.AnswerStyle)",
     ]

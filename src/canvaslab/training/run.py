@@ -26,7 +26,7 @@ from canvaslab.models.mini import MINI_EOS_IDS, ar_sibling_config, load_mini_tok
 from canvaslab.training.batches import Pool, generate_texts
 from canvaslab.training.loop import TrainSettings, compile_parts, train
 from canvaslab.training.objective import restore_experts, use_autocast_experts
-from canvaslab.training.tasks import AnswerStyle
+from canvaslab.training.tasks import AnswerStyle, mixture_shares
 
 # Sampler defaults shipped with `mini` (generation_config.json): the real model's, a 48-pass budget,
 # two canvases of 128 (the longest training answers).
@@ -53,6 +53,7 @@ class RunSpec:
     kinds: tuple[str, ...] = ("diffusion", "causal")
     compile_parts: str = ""  # "", "layers" or "leaves": what loop.compile_parts puts under torch.compile
     answers: AnswerStyle = AnswerStyle()  # how the training answers are written (sums)
+    shares: tuple[tuple[str, float], ...] = ()  # overrides of tasks.MIXTURE's shares, as (task, share) pairs
     # Resumable training: each model's state is checkpointed in this folder, and a rerun with the same
     # spec goes on from there; past ``stop_at`` (time.monotonic()) training pauses (TrainingPaused).
     checkpoint_dir: Path | None = None
@@ -77,6 +78,8 @@ def _example_pool(spec: RunSpec, tokenizer) -> Pool:
     made_from = {"count": count, "seed": spec.settings.seed, "max_answer_tokens": 2 * spec.canvas_length,
                  "vocabulary": len(tokenizer), "answers": asdict(spec.answers),
                  "passages": hashlib.sha256(spec.passages.read_bytes()).hexdigest() if spec.passages else None}
+    if spec.shares:  # (only then: the pools of runs without overrides keep their names)
+        made_from["shares"] = mixture_shares(dict(spec.shares))
     cached = None
     if spec.checkpoint_dir is not None:
         key = hashlib.sha256(json.dumps(made_from, sort_keys=True).encode()).hexdigest()[:16]
@@ -84,7 +87,7 @@ def _example_pool(spec: RunSpec, tokenizer) -> Pool:
         if cached.exists():
             return Pool.load(cached)
     rows = generate_texts(spec.passages, count, spec.settings.seed, workers=min(16, os.cpu_count() or 1),
-                          style=spec.answers)
+                          style=spec.answers, shares=dict(spec.shares) or None)
     pool = Pool.build(tokenizer, rows, max_answer_tokens=made_from["max_answer_tokens"])
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +106,7 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
     log(f"pool: {len(pool)} examples, {pool.tokens()} tokens, {time.perf_counter() - started:.1f} s")
     text = dict(spec.text_overrides)
     report = {"pool_examples": len(pool), "pool_tokens": pool.tokens(), "settings": spec.settings.as_dict(),
-              "answers": asdict(spec.answers),
+              "answers": asdict(spec.answers), "mixture_shares": mixture_shares(dict(spec.shares)),
               "mixture_counts": {t: pool.tasks.count(t) for t in sorted(set(pool.tasks))}}
     settings = spec.settings
     for kind in spec.kinds:

@@ -7,8 +7,9 @@ function of the seed and, for prose, of the passage file.
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,38 @@ MIXTURE: dict[str, float] = {
     "add2": 0.12, "add3": 0.18, "word": 0.10, "fact": 0.14, "fact_statement": 0.04,
     "json": 0.12, "code": 0.12, "prose": 0.18,
 }
+
+
+def mixture_shares(overrides: Mapping[str, float] | None = None) -> dict[str, float]:
+    """``MIXTURE`` with some tasks' shares replaced (``overrides``), normalised to sum to 1."""
+    shares = {**MIXTURE, **(overrides or {})}
+    unknown = sorted(set(shares) - set(MIXTURE))
+    if unknown:
+        raise CanvaslabError(f"mixture: no task {unknown[0]!r} (tasks: {', '.join(MIXTURE)})")
+    bad = [task for task, share in shares.items() if not (math.isfinite(share) and share >= 0)]
+    if bad:
+        raise CanvaslabError(f"mixture: the share of {bad[0]} must be a finite number >= 0, not {shares[bad[0]]}")
+    total = sum(shares.values())
+    if total <= 0:
+        raise CanvaslabError("mixture: every share is 0")
+    return {task: share / total for task, share in shares.items()}
+
+
+def parse_shares(text: str) -> dict[str, float]:
+    """``"add3=0.27,fact=0.1"`` as ``{"add3": 0.27, "fact": 0.1}`` (checked by ``mixture_shares``)."""
+    overrides = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        task, sep, value = item.partition("=")
+        try:
+            overrides[task.strip()] = float(value) if sep else float("nan")
+        except ValueError:
+            raise CanvaslabError(f"mixture: {item!r} is not TASK=SHARE") from None
+        if not sep:
+            raise CanvaslabError(f"mixture: {item!r} is not TASK=SHARE")
+    mixture_shares(overrides)
+    return overrides
+
+
 # The tasks the quality benchmark scores (fact statements are training material only).
 EVAL_TASKS: tuple[str, ...] = ("add2", "add3", "word", "fact", "json", "code", "prose")
 
@@ -44,9 +77,11 @@ RUN4_STYLE = AnswerStyle(sum_format="plain")
 
 
 class Mixture:
-    """Generators for every task; prose needs the passage file written by ``prepare_passages``."""
+    """Generators for every task; prose needs the passage file written by ``prepare_passages``. ``shares``
+    (``mixture_shares``'s overrides) changes how often training draws each task, never the held-out examples."""
 
-    def __init__(self, passages: Path | str | None, style: AnswerStyle = AnswerStyle()) -> None:
+    def __init__(self, passages: Path | str | None, style: AnswerStyle = AnswerStyle(),
+                 shares: Mapping[str, float] | None = None) -> None:
         self.makers: dict[str, Callable[[random.Random], Example]] = {
             "add2": lambda rng: arithmetic.addition(rng, 2, style.sum_format),
             "add3": lambda rng: arithmetic.addition(rng, 3, style.sum_format),
@@ -59,8 +94,10 @@ class Mixture:
         if passages is not None:
             texts = prose.load_passages(str(passages))
             self.makers["prose"] = lambda rng: prose.continuation(rng, texts)
-        self.tasks = [task for task in MIXTURE if task in self.makers]
-        self.weights = [MIXTURE[task] for task in self.tasks]
+        # without overrides the shares are MIXTURE's own numbers, so earlier runs' pools are drawn bit for bit
+        every_share = mixture_shares(shares) if shares else MIXTURE
+        self.tasks = [task for task in MIXTURE if task in self.makers and every_share[task] > 0]
+        self.weights = [every_share[task] for task in self.tasks]
 
     def sample(self, rng: random.Random, split: str = "train") -> Example:
         task = rng.choices(self.tasks, self.weights)[0]
