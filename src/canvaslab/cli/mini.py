@@ -55,7 +55,7 @@ def train(
     device: str = typer.Option("cuda", "--device", help="cuda (bf16 autocast) or cpu (float32)"),
     eval_per_task: int = typer.Option(100, "--eval-per-task", min=0, help="held-out prompts per task (0: skip)"),
     compile_parts: str = typer.Option("", "--compile", help="put parts under torch.compile: 'leaves' (norms, MLPs, "
-                                      "routers: ~1.3x on an H200 after ~1.5 min) or 'layers' (~2.4x after ~6 min)"),
+                                      "routers: ~1.3x on an H200 after ~1.5 min) or 'layers' (~2.3x after ~5.5 min)"),
     sum_format: str = typer.Option(AnswerStyle.sum_format, "--sum-format", help="how addition answers write sums: "
                                    "'plain' (= 91, the shipped mini's), 'padded' (24 + 67 = 091: every digit at a fixed place, "
                                    "run 5) or 'columns' (the school method, units first)"),
