@@ -47,9 +47,11 @@ def teacher_forced(loaded, examples, generator: torch.Generator, noised: str = "
     ids, mask = _left_pad(prompts, 0)
     clean = torch.zeros((len(examples), canvas_length), dtype=torch.long)
     noisy = clean.clone()
+    units = []  # each answer's units-digit position
     for row, answer in enumerate(answers):
         clean[row, : len(answer)] = noisy[row, : len(answer)] = torch.tensor(answer)
         start, end = _result_span(tokenizer, answer)
+        units.append(end - 1)
         start = end - 1 if noised == "units" else start
         noisy[row, start:end] = torch.randint(0, vocab, (end - start,), generator=generator)
     batch = DiffusionBatch(ids.to(loaded.device), mask.to(loaded.device), clean.to(loaded.device))
@@ -58,13 +60,13 @@ def teacher_forced(loaded, examples, generator: torch.Generator, noised: str = "
     first = decoder_logits(model, cache, batch, torch.randint(0, vocab, clean.shape, generator=generator).to(loaded.device))
     conditioned = decoder_logits(model, cache, batch, noisy.to(loaded.device), self_conditioning_logits=first / 0.8)
     result = {}
-    units = [_result_span(tokenizer, a)[1] - 1 for a in answers]
+    rows, units = torch.arange(len(answers)), torch.tensor(units)
     for name, logits in (("no_self_conditioning", plain), ("self_conditioned", conditioned)):
         predicted = logits.argmax(-1).cpu()
         exact = [bool((predicted[r, : len(a)] == clean[r, : len(a)]).all()) for r, a in enumerate(answers)]
         result[name] = sum(exact) / len(exact)
-        probabilities = logits.float().softmax(-1).cpu()[torch.arange(len(answers)), torch.tensor(units)]
-        right = probabilities[torch.arange(len(answers)), clean[torch.arange(len(answers)), torch.tensor(units)]]
+        probabilities = logits.cpu()[rows, units].float().softmax(-1)  # the units digit's position only
+        right = probabilities[rows, clean[rows, units]]
         entropy = -(probabilities * probabilities.clamp_min(1e-12).log()).sum(-1)
         result[f"{name}_units_digit"] = {"mean_probability_right": round(float(right.mean()), 4),
                                          "mean_entropy_nats": round(float(entropy.mean()), 3)}

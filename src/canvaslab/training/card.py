@@ -7,6 +7,7 @@ from pathlib import Path
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import read_json
+from canvaslab.training.tasks import MIXTURE
 
 
 def plot_loss(training: dict, out: Path) -> Path:
@@ -67,8 +68,6 @@ def merge_quality(parts: list[dict]) -> dict:
 
 
 def _shares(training: dict) -> str:
-    from canvaslab.training.tasks import MIXTURE
-
     shares = training.get("mixture_shares", MIXTURE)
     return ", ".join(f"{task} {share:.2f}" for task, share in shares.items())
 

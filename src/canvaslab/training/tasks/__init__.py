@@ -45,11 +45,11 @@ def parse_shares(text: str) -> dict[str, float]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         task, sep, value = item.partition("=")
         try:
-            overrides[task.strip()] = float(value) if sep else float("nan")
+            if not sep:
+                raise ValueError
+            overrides[task.strip()] = float(value)
         except ValueError:
             raise CanvaslabError(f"mixture: {item!r} is not TASK=SHARE") from None
-        if not sep:
-            raise CanvaslabError(f"mixture: {item!r} is not TASK=SHARE")
     mixture_shares(overrides)
     return overrides
 
