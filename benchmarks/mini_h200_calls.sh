@@ -2,14 +2,19 @@
 # Train `mini` and its AR sibling on one GPU across several device calls, then evaluate both and run the
 # studies on them. The same command each call, on a machine kept warm between calls: STATE keeps the
 # training checkpoints, Inductor's cache and every finished result, so each call goes on where the last
-# stopped (a cold machine starts over). Stages:
+# stopped. A cold machine (the warm one was given back between calls, and STATE with it) goes on from the
+# portable state (canvaslab.training.portable: bf16 weights, factored second moments, ~30 MB) that each call
+# ending in a pause packs into PACK/resume-KIND/: copy those folders into a carried folder and name it in
+# RESUME_FROM (a resume that is not bit for bit: the card lists its steps). Stages:
 #   1. the diffusion model trains (compiled leaves, --time-budget fixes its steps and writes STATE/steps.txt),
 #      resumable, then is evaluated on the non-code tasks and shipped as the preset `mini`;
 #   2. the sibling trains on the same examples for the same steps, on the same GPU at the same time
 #      (or, with SIBLING=after, once the diffusion model is done), then is evaluated and shipped as `mini-ar`;
 #      SIBLING=keep trains none: the shipped `mini-ar` stays the sibling (the device time goes to the model),
 #      so its steps are no longer the model's: train it for them afterwards (issue 14 asks for the same budget),
-#      as session 16 did for run 6 (benchmarks/results/mini_h200_run6/sibling/sibling_call.sh);
+#      as session 16 did for run 6 (benchmarks/results/mini_h200_run6/sibling/sibling_call.sh); SIBLING=none
+#      trains none and uses none: no commit-order study (it compares with the sibling), for a call whose
+#      copied tree has no room for mini-ar's weights (one carrying RESUME_FROM);
 #   3. the default (2,304-condition) noise study on `mini` (NOISE_PROCS processes on one store) and the
 #      commit-order study (mini probe suite, sibling as baseline; code needs bubblewrap, which the GPU
 #      machine lacks) run in what time is left; both resume from their stores.
@@ -20,7 +25,8 @@
 # Environment: DEVICE (cuda), BATCH (512), EXAMPLES (600000), LR (7e-4), STEPS (most steps, 20000),
 # COMPILE (leaves), NOISE_PROCS (3), ORDER_ARGS (--seeds 5 --prompts-per-regime 20), SIBLING (beside: both
 # models train at once; after: the sibling starts when the diffusion model is done; keep: no sibling is
-# trained, the shipped one serves), SUM_FORMAT (the training
+# trained, the shipped one serves; none: no sibling, no order study), RESUME_FROM (a folder of the
+# resume-KIND/ folders an earlier call packed, for a cold machine), SUM_FORMAT (the training
 # default; run 5: padded), MIXTURE (overrides of the tasks' shares, e.g. add3=0.27,fact=0.10; run 7), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
 set -u
 state=$1 passages=$2 pack=$3 deadline=$4 budget=${5:-700} counts=${6:+--token-counts $6}
@@ -28,7 +34,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 start=$SECONDS
 left() { local s=$(( deadline - (SECONDS - start) )); echo $(( s > 1 ? s : 1 )); }
 device=${DEVICE:-cuda} tiny=${TINY:+--tiny}
-case ${SIBLING:=beside} in beside|after|keep) ;; *) echo "SIBLING must be beside, after or keep, not '$SIBLING'" >&2; exit 2;; esac
+case ${SIBLING:=beside} in beside|after|keep|none) ;; *) echo "SIBLING must be beside, after, keep or none, not '$SIBLING'" >&2; exit 2;; esac
+if [ -n "${RESUME_FROM:-}" ] && ! ls "$RESUME_FROM"/resume-*/state.pt > /dev/null 2>&1; then
+  echo "RESUME_FROM '$RESUME_FROM' holds no resume-KIND/state.pt (the folders a paused call packs)" >&2
+  exit 2
+fi
 if [ -n "${SUM_FORMAT:-}" ] && ! python -c 'import sys; from canvaslab.training.tasks.arithmetic import SUM_FORMATS as F
 sys.exit(sys.argv[1] not in F)' "$SUM_FORMAT" 2>/dev/null; then
   echo "SUM_FORMAT '$SUM_FORMAT' is not a sum format of canvaslab.training.tasks.arithmetic (or canvaslab is not importable)" >&2
@@ -44,7 +54,14 @@ sys.exit(not any(f("mini-ar").glob("model*.safetensors")))' 2>/dev/null; then
   echo "SIBLING=keep needs the shipped mini-ar's weights in the package, and there are none" >&2
   exit 2
 fi
-mkdir -p "$state/bin" "$state/ckpt" "$pack"
+mkdir -p "$state/bin" "$state/ckpt" "$state/portable" "$pack"
+# a cold machine: each model without its exact checkpoint goes on from the portable state brought along
+for carried in ${RESUME_FROM:+"$RESUME_FROM"/resume-*}; do
+  kind=${carried##*/resume-}
+  if [ ! -f "$state/ckpt/$kind.pt" ] && [ ! -f "$state/portable/$kind/state.pt" ]; then
+    mkdir -p "$state/portable/$kind" && cp "$carried"/* "$state/portable/$kind/"
+  fi
+done
 export TORCHINDUCTOR_CACHE_DIR=$state/inductor
 printf '#!/bin/sh\nexec python -c "from canvaslab.cli.main import main; main()" "$@"\n' > "$state/bin/canvaslab"
 chmod +x "$state/bin/canvaslab"
@@ -62,6 +79,7 @@ train() {  # train KIND OUT_FOLDER EVAL_MODEL EXTRA...
       --eval-tasks add2,add3,word,fact,json,prose --passages "$passages" --batch-size "${BATCH:-512}" \
       --lr "${LR:-7e-4}" --examples "${EXAMPLES:-600000}" --steps "${STEPS:-20000}" --device "$device" \
       --compile "${COMPILE:-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny \
+      --portable-dir "$state/portable" \
       ${SUM_FORMAT:+--sum-format "$SUM_FORMAT"} ${MIXTURE:+--mixture "$MIXTURE"} "$@"
 }
 if [ ! -f "$state/d/training.json" ]; then
@@ -70,6 +88,7 @@ if [ ! -f "$state/d/training.json" ]; then
 fi
 train_sibling() {
   [ "$SIBLING" = keep ] && shipped_mini_ar=1 && return
+  [ "$SIBLING" = none ] && return
   if [ ! -f "$state/a/training.json" ] && [ -z "${sibling_started:-}" ]; then
     sibling_started=1 && stage_log "sibling trains"
     train causal "$state/a" autoregressive --steps-from "$state/steps.txt" >> "$state/train_autoregressive.log" 2>&1 &
@@ -108,7 +127,7 @@ studies() {
 # the studies start as soon as their models exist; everything stops 40 s before the deadline
 while [ "$(left)" -gt 40 ]; do
   studies
-  if [ -n "${noise_started:-}" ] && [ -n "${order_started:-}" ] && ! jobs -r | grep -q .; then break; fi
+  if [ -n "${noise_started:-}" ] && { [ -n "${order_started:-}" ] || [ "$SIBLING" = none ]; } && ! jobs -r | grep -q .; then break; fi
   sleep 3
 done
 wait
@@ -117,8 +136,15 @@ ls "$state/d" "$state/a" >> "$state/calls.log" 2>&1
 for model in d/diffusion a/autoregressive; do
   [ -d "$state/$model" ] && mkdir -p "$pack/${model#*/}" && cp "$state/$model"/model*.safetensors "$pack/${model#*/}/"
 done
+# a model still training travels as its portable state (a finished one travels as its weights above)
+for model in d:diffusion a:causal; do
+  if [ ! -f "$state/${model%%:*}/training.json" ] && [ -f "$state/portable/${model#*:}/state.pt" ]; then
+    rm -rf "$pack/resume-${model#*:}" && mkdir -p "$pack/resume-${model#*:}"
+    cp "$state/portable/${model#*:}"/* "$pack/resume-${model#*:}/"
+  fi
+done
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$state/gpu.txt" 2>&1
 tar -czf "$pack/results.tgz" --exclude='model*.safetensors' --exclude='./ckpt' --exclude='./inductor' \
-    --exclude='./bin' --exclude='./order_study/store/records' -C "$state" .
+    --exclude='./bin' --exclude='./portable' --exclude='./order_study/store/records' -C "$state" .
 stage_log "packed"
 ls -la "$pack" "$pack"/*

@@ -2,7 +2,7 @@
 
     python benchmarks/mini_train_h200.py --out DIR --passages prose.txt --steps N [--batch-size B]
         [--eval-per-task N] [--pack DIR] [--kinds diffusion|causal] [--steps-file F | --steps-from F]
-        [--compile layers|leaves] [--checkpoint-dir DIR --stop-after SECONDS]
+        [--compile layers|leaves] [--checkpoint-dir DIR --stop-after SECONDS [--portable-dir DIR]]
 
 ``--pack DIR`` also copies what a size-limited transfer can carry: each model's weight shards (under
 16 MiB each, ``MAX_SHARD_SIZE``) and one tar of everything else. To train the two models at once on two
@@ -84,6 +84,8 @@ def main() -> None:
                         help="what to put under torch.compile (canvaslab.training.loop.compile_parts)")
     parser.add_argument("--checkpoint-dir", type=Path, help="resumable: rerunning the same command goes on from here")
     parser.add_argument("--stop-after", type=float, help="seconds: pause training (checkpointed) after this long")
+    parser.add_argument("--portable-dir", type=Path, help="write each model's portable state here at a pause, and "
+                        "resume from it where the checkpoint is missing (canvaslab.training.portable)")
     parser.add_argument("--sum-format", default=AnswerStyle.sum_format, choices=SUM_FORMATS,
                         help="how addition answers write sums (canvaslab.training.tasks.arithmetic)")
     parser.add_argument("--mixture", default="", help="overrides of the tasks' shares, e.g. add3=0.27,fact=0.10")
@@ -102,7 +104,7 @@ def main() -> None:
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
                    kinds=tuple(args.kinds.split(",")), compile_parts=args.compile,
                    answers=AnswerStyle(args.sum_format), shares=tuple(parse_shares(args.mixture).items()),
-                   checkpoint_dir=args.checkpoint_dir,
+                   checkpoint_dir=args.checkpoint_dir, portable_dir=args.portable_dir,
                    stop_at=None if args.stop_after is None else time.monotonic() + args.stop_after, **(TINY if args.tiny else {}))
     try:
         train_models(spec, log=lambda m: print(m, flush=True), on_saved=lambda folder: _pack_weights(folder, args.pack),

@@ -19,7 +19,7 @@ def _run(tmp_path, **env) -> subprocess.CompletedProcess:
 def test_an_unknown_sibling_mode_is_refused_in_one_line(tmp_path):
     done = _run(tmp_path, SIBLING="alongside")
     assert done.returncode == 2
-    assert done.stderr.strip() == "SIBLING must be beside, after or keep, not 'alongside'"
+    assert done.stderr.strip() == "SIBLING must be beside, after, keep or none, not 'alongside'"
     assert not (tmp_path / "state").exists()
 
 
@@ -37,4 +37,19 @@ def test_keep_is_a_sibling_mode_that_reaches_the_next_check(tmp_path):
     done = _run(tmp_path, SIBLING="keep", SUM_FORMAT="roman")
     assert done.returncode == 2
     assert done.stderr.strip().startswith("SUM_FORMAT 'roman' is not a sum format")
+    assert not (tmp_path / "state").exists()
+
+
+def test_none_is_a_sibling_mode_that_reaches_the_next_check(tmp_path):
+    done = _run(tmp_path, SIBLING="none", SUM_FORMAT="roman")
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("SUM_FORMAT 'roman' is not a sum format")
+
+
+def test_a_resume_folder_without_a_portable_state_is_refused_in_one_line(tmp_path):
+    (tmp_path / "carried" / "resume-diffusion").mkdir(parents=True)  # the state file is missing
+    done = _run(tmp_path, RESUME_FROM=str(tmp_path / "carried"))
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"RESUME_FROM '{tmp_path / 'carried'}' holds no resume-KIND/state.pt "
+                                   "(the folders a paused call packs)")
     assert not (tmp_path / "state").exists()

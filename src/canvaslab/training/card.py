@@ -125,6 +125,9 @@ def write_card(run_dir: Path, sibling: Path | None = None) -> Path:
         last = training[name]["history"][-1]
         lines.append(f"- {name}: {training[name]['steps']} steps, final loss {last['loss']:.4f}, "
                      f"{last['tokens']:,} tokens processed, {training[name]['train_seconds']} s")
+        if training[name].get("portable_resumes"):  # canvaslab.training.portable: close to, not bit for bit
+            lines.append(f"  - went on from the portable state (bf16 weights, factored second moments, first moment "
+                         f"restarted) after steps {', '.join(map(str, training[name]['portable_resumes']))}")
     lines += [f"- device: {training['environment'].get('device')}", "", "![loss](loss.png)", ""]
     if "diffusion" in quality or "autoregressive" in quality:
         lines += ["## Held-out quality", "",

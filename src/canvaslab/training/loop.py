@@ -20,6 +20,7 @@ import torch
 from canvaslab.io import atomic_writer
 from canvaslab.training.batches import Pool, causal_rows, diffusion_rows
 from canvaslab.training.objective import DiffusionBatch, NoiseSchedule, causal_lm_loss, diffusion_loss
+from canvaslab.training.portable import has_portable, restore_portable, save_portable
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,21 @@ class TrainingPaused(Exception):
         self.step, self.total = step, total
 
 
+def _rng_state(rngs: dict) -> dict:
+    return {"generator": rngs["generator"].get_state(), "row": rngs["row"].getstate(),
+            "self_conditioning": rngs["self_conditioning"].getstate()}
+
+
+def _set_rng_state(rngs: dict, rng: dict) -> None:
+    rngs["generator"].set_state(rng["generator"].cpu())
+    rngs["row"].setstate(rng["row"])
+    rngs["self_conditioning"].setstate(rng["self_conditioning"])
+
+
 def _save_checkpoint(path: Path, model, optimizer, state: dict, rngs: dict) -> None:
     """Model, optimizer, loop counters and every random stream, written atomically (a kill -9 leaves the
     previous checkpoint whole)."""
-    payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), **state,
-               "rng": {"generator": rngs["generator"].get_state(), "row": rngs["row"].getstate(),
-                       "self_conditioning": rngs["self_conditioning"].getstate()}}
+    payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), **state, "rng": _rng_state(rngs)}
     with atomic_writer(path, binary=True) as handle:
         torch.save(payload, handle)
 
@@ -135,22 +145,35 @@ def _restore_checkpoint(path: Path, model, optimizer, rngs: dict) -> dict:
     payload = torch.load(path, map_location=next(model.parameters()).device, weights_only=False)
     model.load_state_dict(payload.pop("model"))
     optimizer.load_state_dict(payload.pop("optimizer"))
-    rng = payload.pop("rng")
-    rngs["generator"].set_state(rng["generator"].cpu())
-    rngs["row"].setstate(rng["row"])
-    rngs["self_conditioning"].setstate(rng["self_conditioning"])
+    _set_rng_state(rngs, payload.pop("rng"))
     return payload
+
+
+def _restore(checkpoint: Path | None, portable: Path | None, model, optimizer, rngs: dict,
+             settings: TrainSettings) -> dict | None:
+    """The loop state to go on from: the exact checkpoint if there is one, else the portable state (whose
+    resume is recorded), else None (a new run)."""
+    if checkpoint is not None and checkpoint.exists():
+        return _restore_checkpoint(checkpoint, model, optimizer, rngs)
+    if not has_portable(portable):
+        return None
+    state, rng = restore_portable(portable, model, optimizer, settings.as_dict())
+    _set_rng_state(rngs, rng)
+    return {**state, "portable_resumes": [*state.get("portable_resumes", []), state["step"]]}
 
 
 def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_length: int = 0,
           progress: Callable[[dict], None] | None = None, checkpoint: Path | None = None,
-          stop: Callable[[int], bool] | None = None) -> list[dict]:
+          stop: Callable[[int], bool] | None = None, portable: Path | None = None) -> list[dict]:
     """Train ``model`` in place (``kind`` ``diffusion`` or ``causal``); the loss history.
 
     ``checkpoint``: a file the state is saved to every ``settings.checkpoint_every`` steps and restored from
     when it exists, so a killed or paused run goes on where it stopped (same examples, same random draws,
     same weights as an uninterrupted run). ``stop(step)``, checked after each step: True saves the
-    checkpoint and raises ``TrainingPaused`` (e.g. before a device call's time runs out)."""
+    checkpoint and raises ``TrainingPaused`` (e.g. before a device call's time runs out). ``portable``: a
+    folder that also receives, at a pause, the small state of ``canvaslab.training.portable``, which a run
+    without its checkpoint (on another machine) goes on from; the steps it did so at are in
+    ``history[-1]["portable_resumes"]``."""
     device = next(model.parameters()).device
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else None
     optimizer, indices = _optimizer(model, settings), _batch_order(pool, settings)
@@ -159,9 +182,9 @@ def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_lengt
             # Host-side draws: reading a device draw back each step would stall the GPU queue.
             "self_conditioning": random.Random(f"self-conditioning/{settings.seed}")}
     state = {"history": [], "tokens": 0, "total": settings.steps, "step": 0, "skipped": 0, "elapsed": 0.0,
-             "budget_fixed": False}
-    if checkpoint is not None and checkpoint.exists():
-        state = _restore_checkpoint(checkpoint, model, optimizer, rngs)
+             "budget_fixed": False, "portable_resumes": []}
+    state = _restore(checkpoint, portable, model, optimizer, rngs, settings) or state
+    portable_resumes = state.get("portable_resumes", [])
     history, tokens, total, step, skipped, budget_fixed = (
         state["history"], state["tokens"], state["total"], state["step"], state["skipped"], state["budget_fixed"])
     started, measured_from = time.perf_counter() - state["elapsed"], None
@@ -169,7 +192,8 @@ def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_lengt
 
     def loop_state() -> dict:
         return {"history": history, "tokens": tokens, "total": total, "step": step, "skipped": skipped,
-                "elapsed": time.perf_counter() - started, "budget_fixed": budget_fixed}
+                "elapsed": time.perf_counter() - started, "budget_fixed": budget_fixed,
+                "portable_resumes": portable_resumes}
 
     model.train()
     while step < total:
@@ -209,7 +233,8 @@ def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_lengt
                      "seconds": round(time.perf_counter() - started, 2), "lr": _learning_rate(settings, step, total),
                      "skipped_steps": skipped, "total_steps": total,
                      # before clipping at 1: above 1, the step was scaled down by this factor
-                     "grad_norm": round(float(grad_norm), 4), **{k: round(float(v), 4) for k, v in metrics.items()}}
+                     "grad_norm": round(float(grad_norm), 4), **{k: round(float(v), 4) for k, v in metrics.items()},
+                     **({"portable_resumes": list(portable_resumes)} if portable_resumes else {})}
             history.append(entry)
             if progress is not None:
                 progress(entry)
@@ -217,6 +242,8 @@ def train(model, pool: Pool, settings: TrainSettings, kind: str, *, canvas_lengt
         pause = stop is not None and step < total and stop(step)
         if checkpoint is not None and (pause or step % settings.checkpoint_every == 0):
             _save_checkpoint(checkpoint, model, optimizer, loop_state(), rngs)
+        if pause and portable is not None:
+            save_portable(portable, model, optimizer, loop_state(), _rng_state(rngs), settings.as_dict())
         if pause:
             raise TrainingPaused(step, total)
     if checkpoint is not None:  # a rerun of a finished run restores its end instead of training again

@@ -58,6 +58,9 @@ class RunSpec:
     # spec goes on from there; past ``stop_at`` (time.monotonic()) training pauses (TrainingPaused).
     checkpoint_dir: Path | None = None
     stop_at: float | None = None
+    # each model's portable state (canvaslab.training.portable) goes to portable_dir/KIND at a pause, and a
+    # run without its checkpoint goes on from there (the state that can travel to another machine)
+    portable_dir: Path | None = None
 
 
 # Weight files stay under 16 MiB: they travel back from GPU machines with a per-file limit, and the
@@ -124,7 +127,8 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
         history = train(model, pool, settings, kind, canvas_length=spec.canvas_length,
                         progress=lambda e, k=kind: (log(f"{k} {e}"), on_entry and on_entry(k, e)),
                         checkpoint=spec.checkpoint_dir / f"{kind}.pt" if spec.checkpoint_dir else None,
-                        stop=None if spec.stop_at is None else lambda step: time.monotonic() > spec.stop_at)
+                        stop=None if spec.stop_at is None else lambda step: time.monotonic() > spec.stop_at,
+                        portable=spec.portable_dir / kind if spec.portable_dir else None)
         # The sibling gets the same budget: the steps (hence examples, in the same order) the diffusion
         # model ran, whatever its time budget made of them.
         settings = replace(settings, steps=history[-1]["step"] + 1, time_budget_s=0.0)
@@ -137,6 +141,7 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
             on_saved(spec.out / name)
         report[name] = {"parameters": sum(p.numel() for p in model.parameters()), "history": history,
                         "steps": history[-1]["step"] + 1,
+                        "portable_resumes": history[-1].get("portable_resumes", []),
                         # the loop's own clock: it carries on across a paused and resumed run
                         "train_seconds": round(history[-1]["seconds"], 1)}
     report["environment"] = environment_fingerprint(device=torch.device(spec.device))
