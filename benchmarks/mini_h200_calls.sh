@@ -58,6 +58,7 @@ mkdir -p "$state/bin" "$state/ckpt" "$state/portable" "$pack"
 # a cold machine: each model without its exact checkpoint goes on from the portable state brought along
 for carried in ${RESUME_FROM:+"$RESUME_FROM"/resume-*}; do
   kind=${carried##*/resume-}
+  [ "$kind" = causal ] && { [ "$SIBLING" = keep ] || [ "$SIBLING" = none ]; } && continue  # no sibling trains
   if [ ! -f "$state/ckpt/$kind.pt" ] && [ ! -f "$state/portable/$kind/state.pt" ]; then
     mkdir -p "$state/portable/$kind" && cp "$carried"/* "$state/portable/$kind/"
   fi
@@ -140,7 +141,10 @@ done
 for model in d:diffusion a:causal; do
   if [ ! -f "$state/${model%%:*}/training.json" ] && [ -f "$state/portable/${model#*:}/state.pt" ]; then
     rm -rf "$pack/resume-${model#*:}" && mkdir -p "$pack/resume-${model#*:}"
-    cp "$state/portable/${model#*:}"/* "$pack/resume-${model#*:}/"
+    # state.pt and the shards it names only: a killed save's newer shards would overflow the transfer
+    python -c 'import pathlib, sys; from canvaslab.training.portable import portable_files
+print(*portable_files(pathlib.Path(sys.argv[1])), sep="\n")' "$state/portable/${model#*:}" |
+        while read -r file; do cp "$file" "$pack/resume-${model#*:}/"; done
   fi
 done
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$state/gpu.txt" 2>&1

@@ -62,10 +62,17 @@ def test_the_exact_checkpoint_wins_over_the_portable_state(tmp_path):
 
 def test_the_portable_state_holds_bf16_weights_and_factored_second_moments(tmp_path):
     paused = _paused(tmp_path)
-    exact = torch.load(tmp_path / "exact.pt", weights_only=False)["optimizer"]["state"]
+    saved = torch.load(tmp_path / "exact.pt", weights_only=False)
+    exact = saved["optimizer"]["state"]
     model = _toy_model()
     optimizer = _optimizer(model, SETTINGS)
-    portable.restore_portable(tmp_path / "portable", model, optimizer, SETTINGS.as_dict())
+    for group in optimizer.param_groups:
+        group["foreach"] = False  # this machine's choice of implementation, kept over the saved one's
+    loop, rng = portable.restore_portable(tmp_path / "portable", model, optimizer, SETTINGS.as_dict())
+    assert all(group["foreach"] is False for group in optimizer.param_groups)
+    assert loop["step"] == saved["step"] == 4 and loop["tokens"] == saved["tokens"]
+    assert torch.equal(rng["generator"], saved["rng"]["generator"])  # the noise draws go on where they were
+    assert rng["row"] == saved["rng"]["row"] and rng["self_conditioning"] == saved["rng"]["self_conditioning"]
     for (name, before), after in zip(paused.named_parameters(), model.parameters()):
         assert torch.equal(after, before.detach().to(torch.bfloat16).float()), name
     state = optimizer.state_dict()["state"]
@@ -114,6 +121,9 @@ def test_a_newer_state_replaces_the_older_and_a_failed_write_keeps_the_older(tmp
     with pytest.raises(OSError):
         portable.save_portable(folder, model, optimizer, {"step": 8}, rng, SETTINGS.as_dict())
     monkeypatch.undo()
+    # the killed save's shards stay beside the state, but only the state's own files travel
+    assert len(list(folder.glob("weights-*.pt"))) == 2 * len(shards)
+    assert portable.portable_files(folder) == [folder / "state.pt", *(folder / name for name in shards)]
     loop, _ = portable.restore_portable(folder, _toy_model(), _optimizer(_toy_model(), SETTINGS), SETTINGS.as_dict())
     assert loop == {"step": 6}
 
@@ -145,3 +155,18 @@ def test_the_model_card_says_where_a_run_went_on_from_the_portable_state(tmp_pat
     report = train_models(spec, log=lambda message: None)
     assert report["diffusion"]["portable_resumes"] == [1]
     assert "went on from the portable state" in write_card(spec.out).read_text()
+
+
+def test_the_loop_takes_the_random_streams_from_the_portable_state(tmp_path):
+    from canvaslab.training.loop import _restore
+
+    _paused(tmp_path)
+    saved = torch.load(tmp_path / "exact.pt", weights_only=False)["rng"]
+    model = _toy_model()
+    rngs = {"generator": torch.Generator().manual_seed(99), "row": random.Random(99),
+            "self_conditioning": random.Random(99)}
+    state = _restore(None, tmp_path / "portable", model, _optimizer(model, SETTINGS), rngs, SETTINGS)
+    assert state["step"] == 4 and state["portable_resumes"] == [4]
+    assert torch.equal(rngs["generator"].get_state(), saved["generator"])
+    assert rngs["row"].getstate() == saved["row"]
+    assert rngs["self_conditioning"].getstate() == saved["self_conditioning"]

@@ -1,11 +1,11 @@
 """A small copy of the training state, for going on with a run on another machine.
 
-The exact checkpoint (``loop._save_checkpoint``: fp32 weights and both of AdamW's moments, ~240 MB for
+The exact checkpoint (``loop._save_checkpoint``: fp32 weights and both of AdamW's moments, 180 MB for
 `mini`) cannot travel to or from a lent GPU machine (64 MiB each way, 16 MiB a file), so a run whose
-machine is given back between device calls would have to start over. This copy is about an eighth of it
-(`mini`: ~30 MB in files under 15 MiB) and keeps what the run cannot do without:
+machine is given back between device calls would have to start over. This copy is about a sixth of it
+(`mini`: 30.5 MB in files under 15 MiB) and keeps what the run cannot do without:
 
-- the weights in bf16 (rounding an fp32 master weight to bf16 moves it by at most 2^-9 of itself);
+- the weights in bf16 (rounding an fp32 master weight to bf16 moves it by at most 2^-8 of itself);
 - AdamW's second moment factored as in Adafactor (Shazeer and Stern, 2018): for each matrix its row and
   column means, whose outer product over their grand mean has the same row and column sums; vectors whole;
 - the step count of every parameter, so the bias correction goes on where it was;
@@ -29,7 +29,10 @@ from canvaslab.io import atomic_writer
 FORMAT = 1
 STATE_FILE = "state.pt"
 # a file travels back from a device machine if it is under 16 MiB; torch.save adds a little to the bytes
+# (a single tensor larger than this gets a file of its own: `mini`'s largest is 2 MiB)
 SHARD_BYTES = 15 * 2**20
+# the optimizer's implementation is the machine's own choice (fused on CUDA), not the saved run's
+_IMPLEMENTATION = ("fused", "foreach", "capturable", "differentiable")
 
 
 def factored(second_moment: torch.Tensor) -> dict:
@@ -96,6 +99,13 @@ def has_portable(folder: Path | None) -> bool:
     return folder is not None and (folder / STATE_FILE).exists()
 
 
+def portable_files(folder: Path) -> list[Path]:
+    """The files of the state in ``folder``: ``state.pt`` and the shards it names (a save killed before its
+    ``state.pt`` leaves newer shards beside them, which need not travel)."""
+    names = torch.load(folder / STATE_FILE, weights_only=True)["shards"]
+    return [folder / STATE_FILE, *(folder / name for name in names)]
+
+
 def restore_portable(folder: Path, model, optimizer, settings: dict) -> tuple[dict, dict]:
     """Load the portable state into ``model`` and ``optimizer``; its loop state and random streams.
 
@@ -105,7 +115,7 @@ def restore_portable(folder: Path, model, optimizer, settings: dict) -> tuple[di
     if payload.get("format") != FORMAT:
         raise CanvaslabError(f"{folder}: portable training state of format {payload.get('format')}, not {FORMAT}")
     if payload["settings"] != settings:
-        changed = sorted(k for k in settings if payload["settings"].get(k) != settings[k])
+        changed = sorted(k for k in {*settings, *payload["settings"]} if payload["settings"].get(k) != settings.get(k))
         raise CanvaslabError(f"{folder}: the portable training state is another run's ({', '.join(changed)} differ)")
     weights = {}
     for name in payload["shards"]:
@@ -115,10 +125,14 @@ def restore_portable(folder: Path, model, optimizer, settings: dict) -> tuple[di
     try:
         model.load_state_dict(weights, strict=False)  # into the fp32 master weights; the aliases follow
     except RuntimeError as error:
-        raise CanvaslabError(f"{folder}: the portable weights do not fit this model ({str(error).splitlines()[1].strip()})") from None
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        raise CanvaslabError(f"{folder}: the portable weights do not fit this model ({lines[-1]})") from None
     parameters = [p for group in optimizer.param_groups for p in group["params"]]
     state = {index: {"step": torch.tensor(moment["step"]), "exp_avg": torch.zeros_like(parameters[index]),
                      "exp_avg_sq": expanded(moment["second"]).to(parameters[index])}
              for index, moment in payload["moments"].items()}
+    implementation = [{k: group[k] for k in _IMPLEMENTATION if k in group} for group in optimizer.param_groups]
     optimizer.load_state_dict({"state": state, "param_groups": payload["param_groups"]})
+    for group, own in zip(optimizer.param_groups, implementation):
+        group.update(own)
     return payload["loop"], payload["rng"]
