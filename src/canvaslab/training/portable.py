@@ -106,6 +106,31 @@ def portable_files(folder: Path) -> list[Path]:
     return [folder / STATE_FILE, *(folder / name for name in names)]
 
 
+def _load_weights(folder: Path, shards: list[str], model) -> None:
+    weights = {}
+    for name in shards:
+        weights.update(torch.load(folder / name, weights_only=True))
+    if weights.keys() != _unshared(model).keys():
+        raise CanvaslabError(f"{folder}: the portable weights are not this model's (other parameter names)")
+    try:
+        model.load_state_dict(weights, strict=False)  # into the fp32 master weights; the aliases follow
+    except RuntimeError as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        raise CanvaslabError(f"{folder}: the portable weights do not fit this model ({lines[-1]})") from None
+
+
+def _load_moments(payload: dict, optimizer) -> None:
+    """The saved step counts and second moments, a zero first moment; this machine's implementation."""
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    state = {index: {"step": torch.tensor(moment["step"]), "exp_avg": torch.zeros_like(parameters[index]),
+                     "exp_avg_sq": expanded(moment["second"]).to(parameters[index])}
+             for index, moment in payload["moments"].items()}
+    implementation = [{k: group[k] for k in _IMPLEMENTATION if k in group} for group in optimizer.param_groups]
+    optimizer.load_state_dict({"state": state, "param_groups": payload["param_groups"]})
+    for group, own in zip(optimizer.param_groups, implementation):
+        group.update(own)
+
+
 def restore_portable(folder: Path, model, optimizer, settings: dict) -> tuple[dict, dict]:
     """Load the portable state into ``model`` and ``optimizer``; its loop state and random streams.
 
@@ -117,22 +142,6 @@ def restore_portable(folder: Path, model, optimizer, settings: dict) -> tuple[di
     if payload["settings"] != settings:
         changed = sorted(k for k in {*settings, *payload["settings"]} if payload["settings"].get(k) != settings.get(k))
         raise CanvaslabError(f"{folder}: the portable training state is another run's ({', '.join(changed)} differ)")
-    weights = {}
-    for name in payload["shards"]:
-        weights.update(torch.load(folder / name, weights_only=True))
-    if weights.keys() != _unshared(model).keys():
-        raise CanvaslabError(f"{folder}: the portable weights are not this model's (other parameter names)")
-    try:
-        model.load_state_dict(weights, strict=False)  # into the fp32 master weights; the aliases follow
-    except RuntimeError as error:
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        raise CanvaslabError(f"{folder}: the portable weights do not fit this model ({lines[-1]})") from None
-    parameters = [p for group in optimizer.param_groups for p in group["params"]]
-    state = {index: {"step": torch.tensor(moment["step"]), "exp_avg": torch.zeros_like(parameters[index]),
-                     "exp_avg_sq": expanded(moment["second"]).to(parameters[index])}
-             for index, moment in payload["moments"].items()}
-    implementation = [{k: group[k] for k in _IMPLEMENTATION if k in group} for group in optimizer.param_groups]
-    optimizer.load_state_dict({"state": state, "param_groups": payload["param_groups"]})
-    for group, own in zip(optimizer.param_groups, implementation):
-        group.update(own)
+    _load_weights(folder, payload["shards"], model)
+    _load_moments(payload, optimizer)
     return payload["loop"], payload["rng"]
