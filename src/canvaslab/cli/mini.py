@@ -12,6 +12,7 @@ import typer
 
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
+from canvaslab.training.recipe import SHIPPED
 from canvaslab.training.tasks import AnswerStyle, parse_shares
 
 mini_app = typer.Typer(help="the trained miniature DiffusionGemma: prepare data, train, evaluate", no_args_is_help=True)
@@ -48,9 +49,11 @@ def tokenizer(
 def train(
     out: Path = typer.Option(..., "--out", help="folder for both checkpoints, loss.png, quality.json, MODEL_CARD.md"),
     passages_file: Optional[Path] = typer.Option(None, "--passages", help="prose passages (`canvaslab mini passages`)"),
-    steps: int = typer.Option(2000, "--steps", min=1),
-    batch_size: int = typer.Option(256, "--batch-size", min=1),
-    learning_rate: float = typer.Option(1e-3, "--lr"),
+    steps: int = typer.Option(SHIPPED.steps, "--steps", min=1),
+    batch_size: int = typer.Option(SHIPPED.batch_size, "--batch-size", min=1),
+    learning_rate: float = typer.Option(SHIPPED.learning_rate, "--lr"),
+    examples: int = typer.Option(SHIPPED.examples, "--examples", min=0,
+                                 help="training examples drawn into the pool, in order (0: steps x batch size)"),
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("cuda", "--device", help="cuda (bf16 autocast) or cpu (float32)"),
     eval_per_task: int = typer.Option(100, "--eval-per-task", min=0, help="held-out prompts per task (0: skip)"),
@@ -59,12 +62,14 @@ def train(
     sum_format: str = typer.Option(AnswerStyle.sum_format, "--sum-format", help="how addition answers write sums: "
                                    "'plain' (= 91, the shipped mini's), 'padded' (24 + 67 = 091: every digit at a fixed place, "
                                    "run 5) or 'columns' (the school method, units first)"),
-    mixture: str = typer.Option("", "--mixture", help="change some tasks' training shares, e.g. 'add3=0.27,fact=0.10' "
-                                "(the rest keep tasks.MIXTURE's; all are then scaled to sum to 1)"),
+    mixture: str = typer.Option(SHIPPED.mixture, "--mixture", help="change some tasks' training shares (the rest keep "
+                                "tasks.MIXTURE's; all are then scaled to sum to 1); '' for tasks.MIXTURE's own"),
     logit_adjustment: bool = typer.Option(False, "--logit-adjustment", help="the loss reads the logits plus the log "
                                           "of its weights, which then no longer bias the predictions (docs/mini-model.md)"),
 ) -> None:
-    """Train `mini` and its autoregressive sibling on the same examples, then evaluate both on held-out prompts."""
+    """Train `mini` and its autoregressive sibling on the same examples, then evaluate both on held-out prompts.
+
+    The defaults are the shipped `mini`'s recipe (training.recipe.SHIPPED); it was trained with `--compile leaves`."""
     from canvaslab.models.loading import resolve_device
     from canvaslab.training.card import write_card
     from canvaslab.training.loop import TrainSettings
@@ -83,8 +88,8 @@ def train(
                              warmup_steps=min(100, steps // 10 + 1))
     if logit_adjustment:
         settings = replace(settings, schedule=replace(settings.schedule, logit_adjustment=True))
-    train_models(RunSpec(out, passages_file, settings, device=device, compile_parts=compile_parts, answers=answers,
-                         shares=shares),
+    train_models(RunSpec(out, passages_file, settings, device=device, examples=examples, compile_parts=compile_parts,
+                         answers=answers, shares=shares),
                  log=typer.echo)
     if eval_per_task:
         evaluate_models(out, passages_file, eval_per_task, device, seed=seed, log=typer.echo)

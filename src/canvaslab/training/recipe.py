@@ -1,0 +1,23 @@
+"""The recipe of the shipped `mini` (run 7, docs/mini-model.md): ``canvaslab mini train``'s defaults, so that
+the command with no training options trains that model again, on the same examples in the same order.
+
+A light module (no torch): the CLI reads it when it builds its options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Recipe:
+    steps: int
+    batch_size: int
+    learning_rate: float
+    examples: int  # the pool's size; 0 = steps x batch_size
+    mixture: str  # overrides of tasks.MIXTURE's shares, as `--mixture` takes them
+
+
+# run 7 (benchmarks/results/mini_h200_run7/): run 6's settings, 3,500 steps, more 3-digit sums
+SHIPPED = Recipe(steps=3500, batch_size=512, learning_rate=7e-4, examples=600_000,
+                 mixture="add3=0.27,fact=0.10,code=0.07")
