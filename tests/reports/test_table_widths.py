@@ -81,6 +81,18 @@ def test_order_tables_fit_80_columns_without_wrapping_a_number():
     assert len(order_metrics_tables(metrics, wide=True)) == 1
 
 
+def test_the_order_table_says_how_many_generations_tau_b_rests_on():
+    """A regime whose answers mostly commit in one call has tau_b for a few generations only: the table must
+    not let its mean (and CI) read as one over all the regime's generations."""
+    json_regime = {**_regime(1), "n_generations": 100, "undefined": {"tau_b": {"n": 98, "reasons": {}}}}
+    metrics = {"n_generations": 200, "regimes": {"json": json_regime, "math": {**_regime(1), "n_generations": 100}},
+               "pooled_auroc": {"value": 0.6, "n": 200, "simpson_prone": False}}
+    lines = render(*order_metrics_tables(metrics))
+    assert max(map(len, lines)) <= 80
+    text = "\n".join(lines)
+    assert "n=2" in text and "n=100" in text
+
+
 def test_vocab_scan_table_fits_80_columns_and_shows_each_measure():
     report = {"tokenizer": "gemma3", "vocab_size": 262144, "unused_count": 6241, "canvas_length": 256,
               "unused_id_blocks": [[6, 99], [256000, 262143]], "expected_unused_per_canvas": 6.09,

@@ -61,7 +61,7 @@ def _cells(regime: str, summary: dict[str, Any]) -> dict[str, str]:
     return {
         "regime": regime,
         "n": str(summary["n_generations"]),
-        "tau_b": _with_ci(summary["tau_b"], summary["tau_b_ci"]),
+        "tau_b": _with_ci(summary["tau_b"], summary["tau_b_ci"]) + f"\nn={defined_in(summary)}",
         "tau16": _number(summary["block_tau"]["16"]),
         "control": _number(summary["control_tau"]),
         "tok/call": _number(summary["tokens_per_call"], 1),
@@ -72,6 +72,12 @@ def _cells(regime: str, summary: dict[str, Any]) -> dict[str, str]:
         "acc": _number(summary["accuracy"], 2),
         "AUROC": _with_ci(summary["auroc"], summary["auroc_ci"]),
     }
+
+
+def defined_in(summary: Mapping[str, Any], measure: str = "tau_b") -> int:
+    """How many of the regime's generations the measure is defined for: a mean over 2 of 100 generations must
+    not read as a mean over 100 (JSON answers commit in one call, leaving tau_b undefined for most)."""
+    return summary["n_generations"] - summary.get("undefined", {}).get(measure, {}).get("n", 0)
 
 
 def _number(value: float | None, digits: int = 3) -> str:

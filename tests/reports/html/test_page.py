@@ -173,3 +173,11 @@ def test_a_damaged_result_file_is_a_one_line_error(tmp_path, writers, capsys, da
     error = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in error and len(error.strip().splitlines()) == 1
     assert "batch_study.json" in error and not (folder / "report.html").exists()
+
+
+def test_order_tau_b_says_how_many_generations_it_rests_on(report, study_folders):
+    _, html = report
+    metrics = json.loads((study_folders["folders"]["order"] / "order_metrics.json").read_text())
+    for summary in metrics["regimes"].values():
+        defined = summary["n_generations"] - summary.get("undefined", {}).get("tau_b", {}).get("n", 0)
+        assert f"(over {defined})" in html

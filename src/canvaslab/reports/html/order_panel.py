@@ -17,6 +17,7 @@ from matplotlib.patches import Patch
 from canvaslab.analysis.order_metrics import commit_calls
 from canvaslab.reports.html import figures
 from canvaslab.reports.html.markup import column, esc, notes, number, table
+from canvaslab.reports.order_metrics import defined_in
 from canvaslab.reports.readers.order_metrics import OrderStudy, representative_traces
 
 # Raster cell kinds: lightness orders them for greyscale too.
@@ -143,7 +144,8 @@ def regime_rows(study: OrderStudy) -> list[list[str]]:
     rows = []
     for regime, s in study.regimes.items():
         calls = s.get("accept_calls") or {}
-        rows.append([regime, str(s.get("n_generations")), _ci(s.get("tau_b"), s.get("tau_b_ci")),
+        tau_b = _ci(s.get("tau_b"), s.get("tau_b_ci")) + f" (over {defined_in(s)})"
+        rows.append([regime, str(s.get("n_generations")), tau_b,
                      number(s.get("control_tau")), number(s.get("tokens_per_call")), number(s.get("same_call_fraction")),
                      f"{number(s.get('unaccept_events'))} ({s.get('unaccept_events_total', '-')} total)",
                      f"{number(calls.get('mean'))} [{calls.get('min', '-')}-{calls.get('max', '-')}] / {calls.get('budget', '-')}",
@@ -154,8 +156,8 @@ def regime_rows(study: OrderStudy) -> list[list[str]]:
 def order_column(study: OrderStudy, key: str, title: str, figs: figures.FigureSet) -> str:
     pooled = study.metrics.get("pooled_auroc") or {}
     body = [notes(study.notes), "<h4>Per regime</h4>",
-            '<div class="scroll">' + table(("regime", "generations", "τ_b [95% CI]", "control τ_b", "tokens / call",
-                                            "same-call fraction", "un-accepts / generation", "accept calls [min-max] / budget",
+            '<div class="scroll">' + table(("regime", "generations", "τ_b [95% CI] (over the generations it is defined for)",
+                                            "control τ_b", "tokens / call", "same-call fraction", "un-accepts / generation", "accept calls [min-max] / budget",
                                             "accuracy", "AUROC [95% CI]"), regime_rows(study)) + "</div>",
             f'<p class="simpson"><strong>Pooled AUROC {esc(number(pooled.get("value")))}</strong> over '
             f'{esc(pooled.get("n", "-"))} generations: {esc(pooled.get("note", ""))}</p>',
