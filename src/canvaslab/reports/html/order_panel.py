@@ -157,7 +157,8 @@ def order_column(study: OrderStudy, key: str, title: str, figs: figures.FigureSe
     pooled = study.metrics.get("pooled_auroc") or {}
     body = [notes(study.notes), "<h4>Per regime</h4>",
             '<div class="scroll">' + table(("regime", "generations", "τ_b [95% CI] (over the generations it is defined for)",
-                                            "control τ_b", "tokens / call", "same-call fraction", "un-accepts / generation", "accept calls [min-max] / budget",
+                                            "control τ_b", "tokens / call", "same-call fraction", "un-accepts / generation",
+                                            "accept calls [min-max] / budget",
                                             "accuracy", "AUROC [95% CI]"), regime_rows(study)) + "</div>",
             f'<p class="simpson"><strong>Pooled AUROC {esc(number(pooled.get("value")))}</strong> over '
             f'{esc(pooled.get("n", "-"))} generations: {esc(pooled.get("note", ""))}</p>',
