@@ -1,5 +1,7 @@
 """The recipe of the shipped `mini` (run 7, docs/mini-model.md): ``canvaslab mini train``'s defaults, so that
-the command with no training options trains that model again, on the same examples in the same order.
+the command with no training options trains by that model's recipe: the same examples in the same order, given the
+same passage file (`canvaslab mini passages` of the default corpus). The weights will not be bit for bit the same:
+a GPU's sums differ from machine to machine.
 
 A light module (no torch): the CLI reads it when it builds its options.
 """
