@@ -201,6 +201,7 @@ def test_matmul_plan_is_wide_and_grouped_only_for_long_k_in_16_bits():
        dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 99))
 def test_fused_rms_norm_matches_the_model_norm_and_row_equals_one_row_result(rows, d, with_scale, dtype, seed):
     from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaRMSNorm
+    from canvaslab.models import anatomy
 
     gen = torch.Generator().manual_seed(seed)
     norm = DiffusionGemmaRMSNorm(d, eps=1e-6, with_scale=with_scale)
@@ -210,9 +211,9 @@ def test_fused_rms_norm_matches_the_model_norm_and_row_equals_one_row_result(row
     norm.to(DEVICE)
     x = (torch.randn(rows, 3, d, generator=gen) * 3).to(DEVICE, dtype)
     weight = norm.weight if with_scale else None
-    full = triton_kernels.rms_norm(x, weight, norm.eps)
+    full = triton_kernels.rms_norm(x, weight, anatomy.rms_norm_epsilon(norm))
     assert full.dtype == dtype and full.shape == x.shape
-    assert torch.equal(full[-1], triton_kernels.rms_norm(x[-1:], weight, norm.eps)[0])
+    assert torch.equal(full[-1], triton_kernels.rms_norm(x[-1:], weight, anatomy.rms_norm_epsilon(norm))[0])
     tolerance = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2}[dtype]  # bf16: torch's default bf16 tolerance
     with torch.no_grad():
         torch.testing.assert_close(full.float(), norm(x).float(), rtol=tolerance, atol=tolerance)

@@ -38,6 +38,21 @@ def test_every_part_is_the_class_transformers_gives_it(tiny):
     assert anatomy.lm_head(model) is model.lm_head and anatomy.encoder(model) is model.model.encoder
 
 
+def test_rms_norm_epsilon_reads_the_installed_transformers_norm_and_both_spellings(tiny):
+    """transformers 5.25 renamed the RMSNorm's ``eps`` to ``variance_epsilon``; the fused kernels need it."""
+    import types
+
+    import pytest
+
+    eps = tiny.model.config.text_config.rms_norm_eps
+    norms = [m for m in tiny.model.modules() if isinstance(m, anatomy.RMS_NORM_CLASS)]
+    assert norms and {anatomy.rms_norm_epsilon(norm) for norm in norms} == {eps}
+    assert anatomy.rms_norm_epsilon(types.SimpleNamespace(eps=1e-5)) == 1e-5
+    assert anatomy.rms_norm_epsilon(types.SimpleNamespace(variance_epsilon=1e-3)) == 1e-3
+    with pytest.raises(AttributeError, match="transformers changed its RMSNorm"):
+        anatomy.rms_norm_epsilon(types.SimpleNamespace())
+
+
 def test_name_tests_pick_out_exactly_those_modules(tiny):
     model = tiny.model
     names = {module: name for name, module in model.named_modules()}

@@ -32,7 +32,7 @@ FUSE_ROTARY = True  # the query/key norms and their rotary embedding in one laun
 def _fused_forward(module: nn.Module):
     from canvaslab.invariant.triton_kernels import rms_norm  # lazily: CPU-only installs need no Triton
 
-    weight, eps = (module.weight if module.with_scale else None), module.eps  # looked up once, not per call
+    weight, eps = (module.weight if module.with_scale else None), anatomy.rms_norm_epsilon(module)  # looked up once, not per call
 
     def forward(hidden_states):
         return custom_ops.call("rms_norm", rms_norm, hidden_states, weight, eps)
@@ -47,7 +47,7 @@ def _rms_norm_rope(states, weight, eps, cos, sin):
 
 def _normed_and_rotated(norm: nn.Module, states, cos, sin):
     weight = norm.weight if norm.with_scale else None
-    return custom_ops.call("rms_norm_rope", _rms_norm_rope, states, weight, norm.eps, cos, sin)
+    return custom_ops.call("rms_norm_rope", _rms_norm_rope, states, weight, anatomy.rms_norm_epsilon(norm), cos, sin)
 
 
 def _fused_attention_forward(module: nn.Module):

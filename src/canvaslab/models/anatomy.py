@@ -104,6 +104,14 @@ def lm_head(model):
     return model.get_submodule(LM_HEAD)
 
 
+def rms_norm_epsilon(norm) -> float:
+    """An RMSNorm module's epsilon: transformers 5.24 names it ``eps``, 5.25 ``variance_epsilon``."""
+    for name in ("variance_epsilon", "eps"):
+        if isinstance(value := getattr(norm, name, None), float):
+            return value
+    raise AttributeError(f"{type(norm).__name__} has neither 'variance_epsilon' nor 'eps': transformers changed its RMSNorm")
+
+
 # ------------------------------------------------------------------------------- recorded call names
 def decoder_layer_index(name: str) -> int | None:
     """The layer number of a recorded decoder layer call (``model.decoder.layers.3`` -> 3), else None."""

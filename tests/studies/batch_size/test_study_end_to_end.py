@@ -89,3 +89,21 @@ def test_interrupted_study_resumes_without_redoing_prompts(tmp_path, tiny):
     fresh = run_batch_study(tiny, prompts, settings)
     assert [r["signature"] for r in resumed["runs"]] == [r["signature"] for r in fresh["runs"]]
     assert resumed["summary"] == fresh["summary"] and resumed["runs"] == fresh["runs"]
+
+
+def test_a_study_whose_prompts_failed_raises_instead_of_summarising_what_ran(tiny, tmp_path, monkeypatch):
+    """Every run raising (transformers 5.25's renamed RMSNorm attribute did this in invariant mode) once
+    returned a summary of zero runs, which reads like a study with nothing to report."""
+    import canvaslab.studies.batch_size.study as study_module
+    from canvaslab.errors import CanvaslabError
+
+    def broken_generate(*args, **kwargs):
+        raise AttributeError("'DiffusionGemmaRMSNorm' object has no attribute 'eps'")
+
+    monkeypatch.setattr(study_module, "generate", broken_generate)
+    settings = BatchStudySettings(batch_sizes=[1, 2], repeat_control="same-process",
+                                  generation={"max_denoising_steps": 1})
+    with pytest.raises(CanvaslabError, match=r"incomplete: prompts: 0 ran, 0 skipped as already done, 2 failed "
+                                             r"\(first: builtin-0: AttributeError: .*'eps'"):
+        run_batch_study(tiny, builtin_prompts(2), settings, out_dir=tmp_path)
+    assert sorted(p.name for p in (tmp_path / "store" / "failed").glob("*.json")) == ["builtin-0.json", "builtin-1.json"]

@@ -291,5 +291,7 @@ def run_batch_study(loaded, prompts: list[Prompt], settings: BatchStudySettings,
     """Run (or resume) the study on ``loaded``; with ``out_dir`` every finished prompt is stored and a rerun
     resumes. ``progress(done, total, doing)`` counts finished prompts; ``engine``: ``run_study``'s options."""
     study = BatchSizeStudy(model_plan(loaded), prompts, settings, loaded=loaded)
-    result, _ = run_study(study, out_dir, progress=progress, **engine)
+    result, outcome = run_study(study, out_dir, progress=progress, **engine)
+    if outcome.failed:  # a summary over the prompts that did run would read as the whole study's
+        raise CanvaslabError(f"the batch-size study is incomplete: {outcome.line('prompts')}")
     return result
