@@ -1,8 +1,10 @@
 """Every op the invariant mode replaces: row i of a batched result equals the one-row result, bit for
 bit, on the CPU path, and stays close to the stock op.
 
-Tolerances against stock: float32 matmuls within 1e-5 relative error in norm (same products, other
-summation order); reductions within rtol 1e-6 (bfloat16: 1e-2).
+Tolerances against stock: float32 matmuls within the forward error bound of a float32 dot product in any
+summation order, ``|error| <= gamma_(k+1) * (|x| @ |w| + |b|)`` elementwise (Higham), doubled; not a relative
+error of the result, which cancellation makes unbounded (k=162, n=1 gave 2.5e-4 against a 1e-5 limit once).
+Reductions within rtol 1e-6 (bfloat16: 1e-2).
 
 Why the bit-for-bit checks hold on any x86 CPU (Intel or AMD, MKL or OpenBLAS): they assert nothing about
 BLAS. The CPU path (``invariant.cpu``) sends every row through its own ``(1, K) @ (K, N)`` GEMM call, so the
@@ -14,7 +16,7 @@ enters.
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from canvaslab.invariant import batch_invariant
 
@@ -25,8 +27,20 @@ def _rand(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
+def _assert_float32_product(result, a, b, bias=None):
+    """``result`` is ``a @ b (+ bias)`` up to float32 rounding in some summation order."""
+    a, b = a.double(), b.double()
+    exact, magnitude = a @ b, a.abs() @ b.abs()
+    if bias is not None:
+        exact, magnitude = exact + bias.double(), magnitude + bias.double().abs()
+    k, unit = a.shape[-1], 2.0 ** -24
+    bound = 2 * (k + 1) * unit / (1 - (k + 1) * unit) * magnitude
+    assert ((result.double() - exact).abs() <= bound).all()
+
+
 @settings(max_examples=40, deadline=None)
 @given(mr=rows_and_row, k=st.integers(1, 300), n=st.integers(1, 300), seed=st.integers(0, 999))
+@example(mr=(1, 0), k=162, n=1, seed=206)  # a cancelling dot product: relative error 2.5e-4, within float32's bound
 def test_linear_row_invariant(mr, k, n, seed):
     m, row = mr
     x, w, b = _rand(m, k, seed=seed), _rand(n, k, seed=seed + 1), _rand(n, seed=seed + 2)
@@ -36,8 +50,8 @@ def test_linear_row_invariant(mr, k, n, seed):
         no_bias = torch.nn.functional.linear(x, w)
         no_bias_alone = torch.nn.functional.linear(x[row:row + 1], w)
     assert torch.equal(full[row], alone[0]) and torch.equal(no_bias[row], no_bias_alone[0])
-    reference = x.double() @ w.double().T + b.double()
-    assert ((full.double() - reference).norm() / reference.norm()).item() < 1e-5
+    _assert_float32_product(full, x, w.T, b)
+    _assert_float32_product(no_bias, x, w.T)
 
 
 @settings(max_examples=10, deadline=None)
@@ -49,8 +63,8 @@ def test_matmul_3d_and_bmm_row_invariant(batch, s, k, seed):
         full, alone = torch.matmul(probs, emb), torch.matmul(probs[-1:], emb)
         bfull, balone = torch.bmm(probs, other), torch.bmm(probs[-1:], other[-1:])
     assert torch.equal(full[-1], alone[0]) and torch.equal(bfull[-1], balone[0])
-    reference = probs.double() @ emb.double()
-    assert ((full.double() - reference).norm() / reference.norm()).item() < 1e-5
+    _assert_float32_product(full, probs, emb)
+    _assert_float32_product(bfull, probs, other)
 
 
 REDUCERS = {
