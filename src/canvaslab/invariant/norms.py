@@ -32,7 +32,8 @@ FUSE_ROTARY = True  # the query/key norms and their rotary embedding in one laun
 def _fused_forward(module: nn.Module):
     from canvaslab.invariant.triton_kernels import rms_norm  # lazily: CPU-only installs need no Triton
 
-    weight, eps = (module.weight if module.with_scale else None), anatomy.rms_norm_epsilon(module)  # looked up once, not per call
+    # looked up once, not per call
+    weight, eps = (module.weight if module.with_scale else None), anatomy.rms_norm_epsilon(module)
 
     def forward(hidden_states):
         return custom_ops.call("rms_norm", rms_norm, hidden_states, weight, eps)

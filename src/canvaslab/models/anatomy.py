@@ -107,9 +107,10 @@ def lm_head(model):
 def rms_norm_epsilon(norm) -> float:
     """An RMSNorm module's epsilon: transformers 5.24 names it ``eps``, 5.25 ``variance_epsilon``."""
     for name in ("variance_epsilon", "eps"):
-        if isinstance(value := getattr(norm, name, None), float):
-            return value
-    raise AttributeError(f"{type(norm).__name__} has neither 'variance_epsilon' nor 'eps': transformers changed its RMSNorm")
+        if isinstance(value := getattr(norm, name, None), (int, float)) and not isinstance(value, bool):
+            return float(value)
+    raise AttributeError(f"{type(norm).__name__} has neither 'variance_epsilon' nor 'eps': "
+                         "transformers changed its RMSNorm")
 
 
 # ------------------------------------------------------------------------------- recorded call names
