@@ -79,7 +79,8 @@ def norm_cases(norm: torch.nn.Module, x: torch.Tensor) -> dict:
     results = {"stock_module": per_call_us(lambda: norm(x))}
     with ops.library_overrides("CUDA"):
         results["override_module"] = per_call_us(lambda: norm(x))
-    results["fused_direct"] = per_call_us(lambda: triton_kernels.rms_norm(x, norm.weight, anatomy.rms_norm_epsilon(norm)))
+    eps = anatomy.rms_norm_epsilon(norm)
+    results["fused_direct"] = per_call_us(lambda: triton_kernels.rms_norm(x, norm.weight, eps))
     holder = torch.nn.ModuleList([norm])
     with fused_rms_norms(holder):
         results["fused_module"] = per_call_us(lambda: norm(x))

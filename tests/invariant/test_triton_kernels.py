@@ -211,9 +211,10 @@ def test_fused_rms_norm_matches_the_model_norm_and_row_equals_one_row_result(row
     norm.to(DEVICE)
     x = (torch.randn(rows, 3, d, generator=gen) * 3).to(DEVICE, dtype)
     weight = norm.weight if with_scale else None
-    full = triton_kernels.rms_norm(x, weight, anatomy.rms_norm_epsilon(norm))
+    eps = anatomy.rms_norm_epsilon(norm)
+    full = triton_kernels.rms_norm(x, weight, eps)
     assert full.dtype == dtype and full.shape == x.shape
-    assert torch.equal(full[-1], triton_kernels.rms_norm(x[-1:], weight, anatomy.rms_norm_epsilon(norm))[0])
+    assert torch.equal(full[-1], triton_kernels.rms_norm(x[-1:], weight, eps)[0])
     tolerance = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2}[dtype]  # bf16: torch's default bf16 tolerance
     with torch.no_grad():
         torch.testing.assert_close(full.float(), norm(x).float(), rtol=tolerance, atol=tolerance)

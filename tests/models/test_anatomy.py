@@ -6,7 +6,10 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import types
 from pathlib import Path
+
+import pytest
 
 from canvaslab.models import anatomy
 
@@ -40,10 +43,6 @@ def test_every_part_is_the_class_transformers_gives_it(tiny):
 
 def test_rms_norm_epsilon_reads_the_installed_transformers_norm_and_both_spellings(tiny):
     """transformers 5.25 renamed the RMSNorm's ``eps`` to ``variance_epsilon``; the fused kernels need it."""
-    import types
-
-    import pytest
-
     eps = tiny.model.config.text_config.rms_norm_eps
     norms = [m for m in tiny.model.modules() if isinstance(m, anatomy.RMS_NORM_CLASS)]
     assert norms and {anatomy.rms_norm_epsilon(norm) for norm in norms} == {eps}

@@ -46,9 +46,9 @@ def _rms_norm_rope(states, weight, eps, cos, sin):
     return rms_norm(states, weight, eps, rope=(cos, sin))
 
 
-def _normed_and_rotated(norm: nn.Module, states, cos, sin):
+def _normed_and_rotated(norm: nn.Module, eps: float, states, cos, sin):
     weight = norm.weight if norm.with_scale else None
-    return custom_ops.call("rms_norm_rope", _rms_norm_rope, states, weight, anatomy.rms_norm_epsilon(norm), cos, sin)
+    return custom_ops.call("rms_norm_rope", _rms_norm_rope, states, weight, eps, cos, sin)
 
 
 def _fused_attention_forward(module: nn.Module):
@@ -57,15 +57,16 @@ def _fused_attention_forward(module: nn.Module):
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     writes_cache = not hasattr(module, "append_to_cache")  # the encoder fills the cache; the decoder reads it
+    q_eps, k_eps = (anatomy.rms_norm_epsilon(norm) for norm in (module.q_norm, module.k_norm))  # once, not per call
 
     def forward(hidden_states, position_embeddings, attention_mask, cache=None, **kwargs):
         hidden_shape = (*hidden_states.shape[:-1], -1, module.head_dim)
         cos, sin = position_embeddings
-        query = _normed_and_rotated(module.q_norm, module.q_proj(hidden_states).view(hidden_shape), cos, sin)
+        query = _normed_and_rotated(module.q_norm, q_eps, module.q_proj(hidden_states).view(hidden_shape), cos, sin)
         query = query.transpose(1, 2)
         key = module.k_proj(hidden_states).view(hidden_shape)
         value = module.v_proj(hidden_states).view(hidden_shape) if module.v_proj is not None else key
-        key = _normed_and_rotated(module.k_norm, key, cos, sin).transpose(1, 2)
+        key = _normed_and_rotated(module.k_norm, k_eps, key, cos, sin).transpose(1, 2)
         value = module.v_norm(value).transpose(1, 2)
         if cache is not None and writes_cache:
             key, value = cache.update(key, value, module.layer_idx, kwargs=kwargs)

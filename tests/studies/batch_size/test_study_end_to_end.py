@@ -106,4 +106,5 @@ def test_a_study_whose_prompts_failed_raises_instead_of_summarising_what_ran(tin
     with pytest.raises(CanvaslabError, match=r"incomplete: prompts: 0 ran, 0 skipped as already done, 2 failed "
                                              r"\(first: builtin-0: AttributeError: .*'eps'"):
         run_batch_study(tiny, builtin_prompts(2), settings, out_dir=tmp_path)
-    assert sorted(p.name for p in (tmp_path / "store" / "failed").glob("*.json")) == ["builtin-0.json", "builtin-1.json"]
+    failed = sorted(p.name for p in (tmp_path / "store" / "failed").glob("*.json"))
+    assert failed == ["builtin-0.json", "builtin-1.json"]
