@@ -63,4 +63,6 @@ cp "$state"/train.log "$state"/noise.log "$state"/calls.log "$state"/noise_repor
 cp "$state"/noise_study/noise_study.json "$out/r/" 2>/dev/null
 [ -f "$state/a/training.json" ] && cp "$state"/a/*.json "$state"/a/*.md "$state"/a/*.png "$out/r/" 2>/dev/null
 tar -czf "$out/r/store.tgz" -C "$state/noise_study" store
+# one file: a device call returns at most 8 files from $OUT (session 21 lost r/'s extra ones)
+tar -czf "$out/r.tgz" -C "$out" r && rm -rf "$out/r"
 echo "[$((SECONDS-start)) s] packed"; tail -3 "$state/train.log"; tail -3 "$state/noise_report.txt"
