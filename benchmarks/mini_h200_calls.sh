@@ -27,7 +27,9 @@
 # models train at once; after: the sibling starts when the diffusion model is done; keep: no sibling is
 # trained, the shipped one serves; none: no sibling, no order study), RESUME_FROM (a folder of the
 # resume-KIND/ folders an earlier call packed, for a cold machine), SUM_FORMAT (the training
-# default; run 5: padded), MIXTURE (overrides of the tasks' shares, e.g. add3=0.27,fact=0.10; run 7), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
+# default; run 5: padded), MIXTURE (overrides of the tasks' shares, e.g. add3=0.27,fact=0.10; run 7), TOKENIZER
+# (a tokenizer folder from `canvaslab mini tokenizer` instead of the shipped one; run 8), STUDIES=0 (train,
+# evaluate and ship, no studies: the call ends when the models are done), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
 set -u
 state=$1 passages=$2 pack=$3 deadline=$4 budget=${5:-700} counts=${6:+--token-counts $6}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,6 +49,10 @@ fi
 if [ -n "${MIXTURE:-}" ] && ! python -c 'import sys; from canvaslab.training.tasks import parse_shares
 parse_shares(sys.argv[1])' "$MIXTURE" 2>/dev/null; then
   echo "MIXTURE '$MIXTURE' is not a list of TASK=SHARE overrides (or canvaslab is not importable)" >&2
+  exit 2
+fi
+if [ -n "${TOKENIZER:-}" ] && [ ! -f "$TOKENIZER/tokenizer.json" ]; then
+  echo "TOKENIZER '$TOKENIZER' holds no tokenizer.json (make one with canvaslab mini tokenizer)" >&2
   exit 2
 fi
 if [ "$SIBLING" = keep ] && ! python -c 'import sys; from canvaslab.models.mini import packaged_folder as f
@@ -81,7 +87,7 @@ train() {  # train KIND OUT_FOLDER EVAL_MODEL EXTRA...
       --lr "${LR:-7e-4}" --examples "${EXAMPLES:-600000}" --steps "${STEPS:-20000}" --device "$device" \
       --compile "${COMPILE:-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny \
       --portable-dir "$state/portable" \
-      ${SUM_FORMAT:+--sum-format "$SUM_FORMAT"} ${MIXTURE:+--mixture "$MIXTURE"} "$@"
+      ${SUM_FORMAT:+--sum-format "$SUM_FORMAT"} ${MIXTURE:+--mixture "$MIXTURE"} ${TOKENIZER:+--tokenizer "$TOKENIZER"} "$@"
 }
 if [ ! -f "$state/d/training.json" ]; then
   train diffusion "$state/d" diffusion --time-budget "$budget" --steps-file "$state/steps.txt" \
@@ -106,6 +112,7 @@ studies() {
   if [ -f "$state/a/training.json" ] && [ -z "${shipped_mini_ar:-}" ]; then
     ship "$state/a/autoregressive" mini-ar && shipped_mini_ar=1 && stage_log "mini-ar shipped"
   fi
+  [ "${STUDIES:-1}" = 0 ] && noise_started=1 order_started=1 && return  # training and evaluation only
   if [ -n "${shipped_mini:-}" ] && [ ! -f "$state/noise_study/plan.json" ]; then
     # shellcheck disable=SC2086
     canvaslab noise-study plan --model mini --out "$state/noise_study" $counts >> "$state/noise_study.log" 2>&1

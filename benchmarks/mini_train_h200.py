@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--mixture", default="", help="overrides of the tasks' shares, e.g. add3=0.27,fact=0.10")
     parser.add_argument("--logit-adjustment", action="store_true",
                         help="NoiseSchedule.logit_adjustment: the loss weights no longer bias the predictions")
+    parser.add_argument("--tokenizer", type=Path, help="a tokenizer folder instead of the shipped one")
     parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -104,7 +105,7 @@ def main() -> None:
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
                    kinds=tuple(args.kinds.split(",")), compile_parts=args.compile,
                    answers=AnswerStyle(args.sum_format), shares=tuple(parse_shares(args.mixture).items()),
-                   checkpoint_dir=args.checkpoint_dir, portable_dir=args.portable_dir,
+                   checkpoint_dir=args.checkpoint_dir, portable_dir=args.portable_dir, tokenizer=args.tokenizer,
                    stop_at=None if args.stop_after is None else time.monotonic() + args.stop_after, **(TINY if args.tiny else {}))
     try:
         train_models(spec, log=lambda m: print(m, flush=True), on_saved=lambda folder: _pack_weights(folder, args.pack),

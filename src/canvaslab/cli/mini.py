@@ -35,13 +35,22 @@ def passages(
 def tokenizer(
     passages_file: Optional[Path] = typer.Option(None, "--passages", help="prose passages (`canvaslab mini passages`)"),
     out: Path = typer.Option(..., "--out", help="folder for the tokenizer files"),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="ids in all: specials, BPE and <unusedN> "
+                                             "(default: the shipped tokenizer's)"),
+    tail_unused: Optional[int] = typer.Option(None, "--tail-unused", help="ids of the high <unusedN> block, at least "
+                                              "(default: the shipped tokenizer's)"),
 ) -> None:
     """Retrain the `mini` BPE tokenizer (the shipped one: `--passages` from the default corpus, seed 0)."""
-    from canvaslab.training.tokenizer import build_mini_tokenizer, unused_ids
+    from canvaslab.training.tokenizer import MIN_VOCAB_SIZE, TAIL_UNUSED, VOCAB_SIZE, build_mini_tokenizer, unused_ids
 
+    vocab_size = VOCAB_SIZE if vocab_size is None else vocab_size
+    tail_unused = TAIL_UNUSED if tail_unused is None else tail_unused
     if passages_file is not None and not passages_file.is_file():
         raise CanvaslabError(f"--passages {passages_file}: no such file (make one with `canvaslab mini passages`)")
-    built = build_mini_tokenizer(passages_file, out)
+    if tail_unused < 1 or vocab_size < MIN_VOCAB_SIZE + tail_unused:
+        raise CanvaslabError(f"--vocab-size {vocab_size} --tail-unused {tail_unused}: the BPE needs at least "
+                             f"{MIN_VOCAB_SIZE} ids besides the tail, and the tail at least 1")
+    built = build_mini_tokenizer(passages_file, out, vocab_size=vocab_size, tail_unused=tail_unused)
     typer.echo(f"wrote {out}: {len(built):,} ids, {len(unused_ids(built))} <unusedN>")
 
 
@@ -64,6 +73,8 @@ def train(
                                    "run 5) or 'columns' (the school method, units first)"),
     mixture: str = typer.Option(SHIPPED.mixture, "--mixture", help="change some tasks' training shares (the rest keep "
                                 "tasks.MIXTURE's; all are then scaled to sum to 1); '' for tasks.MIXTURE's own"),
+    tokenizer_dir: Optional[Path] = typer.Option(None, "--tokenizer", help="a tokenizer folder (`canvaslab mini "
+                                                 "tokenizer`) instead of the shipped one; the vocabulary is its size"),
     logit_adjustment: bool = typer.Option(False, "--logit-adjustment", help="the loss reads the logits plus the log "
                                           "of its weights, which then no longer bias the predictions (docs/mini-model.md)"),
 ) -> None:
@@ -79,6 +90,8 @@ def train(
         raise CanvaslabError(f"--passages {passages_file}: no such file (make one with `canvaslab mini passages`)")
     if out.exists() and any(out.iterdir()):
         raise CanvaslabError(f"--out {out} is not empty: choose a new folder (a finished run is never overwritten)")
+    if tokenizer_dir is not None and not (tokenizer_dir / "tokenizer.json").is_file():
+        raise CanvaslabError(f"--tokenizer {tokenizer_dir}: no tokenizer.json there (make one with `canvaslab mini tokenizer`)")
     if compile_parts not in ("", "layers", "leaves"):
         raise CanvaslabError(f"--compile {compile_parts!r}: choose 'layers' or 'leaves'")
     answers = AnswerStyle(sum_format)
@@ -89,7 +102,7 @@ def train(
     if logit_adjustment:
         settings = replace(settings, schedule=replace(settings.schedule, logit_adjustment=True))
     train_models(RunSpec(out, passages_file, settings, device=device, examples=examples, compile_parts=compile_parts,
-                         answers=answers, shares=shares),
+                         answers=answers, shares=shares, tokenizer=tokenizer_dir),
                  log=typer.echo)
     if eval_per_task:
         evaluate_models(out, passages_file, eval_per_task, device, seed=seed, log=typer.echo)

@@ -16,11 +16,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
-from transformers import DiffusionGemmaForBlockDiffusion, Gemma4ForCausalLM, GenerationConfig
+from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, Gemma4ForCausalLM, GenerationConfig
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import (DiffusionGemmaGenerationConfig,
                                                                              EntropyBoundSamplerConfig)
 
 from canvaslab.environment import environment_fingerprint
+from canvaslab.errors import CanvaslabError
 from canvaslab.io import write_json_atomic
 from canvaslab.models.mini import MINI_EOS_IDS, ar_sibling_config, load_mini_tokenizer, mini_config
 from canvaslab.training.batches import Pool, generate_texts
@@ -61,6 +62,8 @@ class RunSpec:
     # each model's portable state (canvaslab.training.portable) goes to portable_dir/KIND at a pause, and a
     # run without its checkpoint goes on from there (the state that can travel to another machine)
     portable_dir: Path | None = None
+    # a tokenizer folder (`canvaslab mini tokenizer`) instead of the shipped one; the models' vocabulary is its size
+    tokenizer: Path | None = None
 
 
 # Weight files stay under 16 MiB: they travel back from GPU machines with a per-file limit, and the
@@ -74,6 +77,15 @@ def _save(model, tokenizer, generation_config, folder: Path) -> None:
     generation_config.save_pretrained(folder)
 
 
+def load_tokenizer(folder: Path | None):
+    """The tokenizer in ``folder``, or the shipped `mini` one."""
+    if folder is None:
+        return load_mini_tokenizer()
+    if not (folder / "tokenizer.json").is_file():
+        raise CanvaslabError(f"--tokenizer {folder}: no tokenizer.json there (make one with `canvaslab mini tokenizer`)")
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+
+
 def _example_pool(spec: RunSpec, tokenizer) -> Pool:
     """The run's examples; a resumable run (``checkpoint_dir``) keeps them beside its checkpoints, named by
     what they are made from, so a later call (or the sibling's process) loads them instead of generating."""
@@ -81,6 +93,8 @@ def _example_pool(spec: RunSpec, tokenizer) -> Pool:
     made_from = {"count": count, "seed": spec.settings.seed, "max_answer_tokens": 2 * spec.canvas_length,
                  "vocabulary": len(tokenizer), "answers": asdict(spec.answers),
                  "passages": hashlib.sha256(spec.passages.read_bytes()).hexdigest() if spec.passages else None}
+    if spec.tokenizer is not None:  # (only then: the pools of runs on the shipped tokenizer keep their names)
+        made_from["tokenizer"] = hashlib.sha256((spec.tokenizer / "tokenizer.json").read_bytes()).hexdigest()
     if spec.shares:  # (only then: the pools of runs without overrides keep their names)
         made_from["shares"] = mixture_shares(dict(spec.shares))
     cached = None
@@ -103,12 +117,13 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
 
     ``on_entry(kind, entry)`` sees every logged history entry (e.g. to pass the step count a time budget
     fixed to a sibling trained at the same time on another device)."""
-    tokenizer = load_mini_tokenizer()
+    tokenizer = load_tokenizer(spec.tokenizer)
     started = time.perf_counter()
     pool = _example_pool(spec, tokenizer)
     log(f"pool: {len(pool)} examples, {pool.tokens()} tokens, {time.perf_counter() - started:.1f} s")
-    text = dict(spec.text_overrides)
-    report = {"pool_examples": len(pool), "pool_tokens": pool.tokens(), "settings": spec.settings.as_dict(),
+    text = {"vocab_size": len(tokenizer), **dict(spec.text_overrides)}
+    report = {"pool_examples": len(pool), "pool_tokens": pool.tokens(), "vocabulary": len(tokenizer),
+              "settings": spec.settings.as_dict(),
               "answers": asdict(spec.answers), "mixture_shares": mixture_shares(dict(spec.shares)),
               "mixture_counts": {t: pool.tasks.count(t) for t in sorted(set(pool.tasks))}}
     settings = spec.settings
@@ -161,8 +176,8 @@ def evaluate_models(out: Path, passages: Path | None, per_task: int, device: str
     examples = [e for task in EVAL_TASKS if task in mixture.makers and (not tasks or task in tasks)
                 for e in mixture.heldout(task, per_task, seed)]
     result = {"per_task": per_task, "seed": seed, "generation": MINI_GENERATION, "samples": {}, "answers": {}}
-    tokenizer = load_mini_tokenizer()
     for name in models:
+        tokenizer = load_tokenizer(out / name)  # each checkpoint carries the tokenizer it was trained with
         started = time.perf_counter()
         if name == "diffusion":
             loaded = load_model(str(out / name), device=device, dtype="bfloat16")

@@ -28,6 +28,8 @@ VOCAB_SIZE = 4096
 TAIL_UNUSED = 128
 LOW_UNUSED = range(6, 105)
 UNUSED_TOTAL = len(LOW_UNUSED) + TAIL_UNUSED
+# the head's 109 specials and the 256 byte symbols, with room for merges
+MIN_VOCAB_SIZE = 512
 
 
 def head_specials() -> list[str]:
@@ -38,8 +40,10 @@ def head_specials() -> list[str]:
     return specials
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> PreTrainedTokenizerFast:
-    """Train the BPE on ``texts`` and wrap it as a transformers fast tokenizer with the chat template."""
+def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE, tail_unused: int = TAIL_UNUSED
+                    ) -> PreTrainedTokenizerFast:
+    """Train the BPE on ``texts`` and wrap it as a transformers fast tokenizer with the chat template; the last
+    ``tail_unused`` ids (at least) are Gemma's high ``<unusedN>`` block."""
     backend = Tokenizer(models.BPE(unk_token=None))
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
@@ -47,7 +51,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> PreTr
     backend.decoder = decoders.ByteLevel()
     specials = head_specials()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - TAIL_UNUSED,
+        vocab_size=vocab_size - tail_unused,
         special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
@@ -90,13 +94,14 @@ def save(tokenizer: PreTrainedTokenizerFast, out: Path) -> None:
     tokenizer.save_pretrained(str(out))
 
 
-def build_mini_tokenizer(passages: Path | None, out: Path, examples: int = 60_000, seed: int = 0) -> PreTrainedTokenizerFast:
+def build_mini_tokenizer(passages: Path | None, out: Path, examples: int = 60_000, seed: int = 0,
+                         vocab_size: int = VOCAB_SIZE, tail_unused: int = TAIL_UNUSED) -> PreTrainedTokenizerFast:
     """The shipped tokenizer's recipe: BPE on ``examples`` chat-formatted training exchanges of seed ``seed``,
     written as they were when it was made (runs 1-4): a later answer style trains on the same vocabulary."""
     from canvaslab.training.batches import generate_texts
     from canvaslab.training.tasks import RUN4_STYLE
 
     rows = generate_texts(passages, examples, seed, style=RUN4_STYLE)
-    tokenizer = train_tokenizer([prompt + answer for _, prompt, answer in rows])
+    tokenizer = train_tokenizer([prompt + answer for _, prompt, answer in rows], vocab_size, tail_unused)
     save(tokenizer, out)
     return tokenizer
