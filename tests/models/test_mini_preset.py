@@ -9,7 +9,7 @@ from transformers import DiffusionGemmaForBlockDiffusion
 
 from canvaslab.generation import generate
 from canvaslab.models import load_model
-from canvaslab.models.mini import PACKAGED_BASELINES, PACKAGED_CHECKPOINTS, packaged_folder
+from canvaslab.models.mini import MINI_VOCAB, PACKAGED_BASELINES, PACKAGED_CHECKPOINTS, packaged_folder
 from canvaslab.studies.commit_order.baseline import check_baseline_path, load_causal_lm
 from canvaslab.studies.commit_order.prompting import encode_prompt
 
@@ -22,7 +22,7 @@ def test_packaged_mini_is_a_transformers_checkpoint_under_40_mb():
     assert weights and sum(path.stat().st_size for path in weights) <= MAX_BYTES
     assert all(path.stat().st_size < 16 * 2**20 for path in weights)
     model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, local_files_only=True)
-    assert model.config.canvas_length == 128 and model.config.text_config.vocab_size == 4096
+    assert model.config.canvas_length == 128 and model.config.text_config.vocab_size == MINI_VOCAB
 
 
 @pytest.mark.slow
@@ -45,8 +45,8 @@ def test_baseline_mini_is_the_shipped_sibling(tmp_path, monkeypatch):
     path = check_baseline_path("mini")
     assert path == packaged_folder(PACKAGED_BASELINES["mini"])
     model, tokenizer = load_causal_lm("mini")
-    assert type(model).__name__ == "Gemma4ForCausalLM" and len(tokenizer) == 4096
-    assert model.config.vocab_size == 4096
+    assert type(model).__name__ == "Gemma4ForCausalLM" and len(tokenizer) == MINI_VOCAB
+    assert model.config.vocab_size == MINI_VOCAB
 
 
 def test_a_folder_named_mini_is_still_a_folder(tmp_path, monkeypatch):

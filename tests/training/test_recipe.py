@@ -8,11 +8,12 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from canvaslab.cli.main import app
+from canvaslab.models.mini import load_mini_tokenizer
 from canvaslab.training import run as training_run
 from canvaslab.training.recipe import SHIPPED
 from canvaslab.training.tasks import mixture_shares, parse_shares
 
-SHIPPED_RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "mini_h200_run7" / "training.json"
+SHIPPED_RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "mini_h200_run8" / "training.json"
 
 
 def test_the_recipe_is_what_the_shipped_run_recorded():
@@ -22,6 +23,7 @@ def test_the_recipe_is_what_the_shipped_run_recorded():
         SHIPPED.steps, SHIPPED.batch_size, SHIPPED.learning_rate)
     assert recorded["pool_examples"] == SHIPPED.examples
     assert recorded["mixture_shares"] == mixture_shares(parse_shares(SHIPPED.mixture))
+    assert recorded["vocabulary"] == len(load_mini_tokenizer())  # trained on the tokenizer that ships
 
 
 def test_mini_train_without_training_options_trains_by_the_recipe(tmp_path, monkeypatch):

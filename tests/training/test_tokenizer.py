@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import random
 
-from canvaslab.cli.main import main
+from typer.testing import CliRunner
+
+from canvaslab.cli.main import app, main
 from canvaslab.models.mini import MINI_EOS_IDS, MINI_VOCAB, load_mini_tokenizer
 from canvaslab.studies.commit_order.prompting import encode_prompt
 from canvaslab.training import chat
@@ -64,3 +66,17 @@ def test_vocab_scan_shows_the_mini_unused_tokens(tmp_path, capsys):
     assert [6, 104] in report["unused_id_blocks"]
     assert abs(report["expected_unused_per_canvas"] - 128 * UNUSED_TOTAL / MINI_VOCAB) < 1e-9
     assert "<unusedN> tokens" in capsys.readouterr().out
+
+
+def test_a_bpe_of_another_size_keeps_its_high_block_at_the_end():
+    texts = [chat.prompt_text(f"Tell me about item {a}.") + chat.answer_text(f"Item {a} is fine.") for a in range(300)]
+    tok = train_tokenizer(texts, vocab_size=1024, tail_unused=300)
+    ids = unused_ids(tok)
+    assert len(tok) == 1024 and ids[-300:] == list(range(724, 1024))
+    assert tok.convert_tokens_to_ids(head_specials()) == list(range(109))
+
+
+def test_mini_tokenizer_refuses_a_vocabulary_too_small_before_any_work(tmp_path):
+    result = CliRunner().invoke(app, ["mini", "tokenizer", "--out", str(tmp_path / "tok"), "--vocab-size", "600"])
+    assert result.exit_code == 2 and "--vocab-size 600" in result.output and len(result.output.splitlines()) == 1
+    assert not (tmp_path / "tok").exists()

@@ -4,6 +4,7 @@ round-trips through transformers' own from_pretrained, and canvaslab's generate 
 from __future__ import annotations
 
 import copy
+import filecmp
 import json
 import math
 import random
@@ -27,8 +28,11 @@ from canvaslab.training.loop import TrainSettings, train
 from canvaslab.training.objective import (DiffusionBatch, NoiseSchedule, decoder_logits, diffusion_loss,
                                          encode_prefix, noise_canvas, use_autocast_experts,
                                          position_weights, weight_logit_offsets, weighted_canvas_loss)
-from canvaslab.training.run import RunSpec, train_models
+from canvaslab.training import chat
+from canvaslab.training import run as run_module
+from canvaslab.training.run import RunSpec, load_tokenizer, train_models
 from canvaslab.training.tasks import AnswerStyle
+from canvaslab.training.tokenizer import train_tokenizer
 
 TOY = (("hidden_size", 32), ("intermediate_size", 64), ("num_hidden_layers", 2), ("num_attention_heads", 2),
        ("head_dim", 16), ("global_head_dim", 16), ("moe_intermediate_size", 16), ("num_experts", 4))
@@ -419,3 +423,31 @@ def test_a_card_joins_a_sibling_trained_apart_only_on_the_same_examples_and_step
     (sibling / "training.json").write_text(json.dumps({**common, "autoregressive": {**trained, "steps": 3}}))
     with pytest.raises(CanvaslabError, match="step count"):
         write_card(model, sibling=sibling)
+
+
+def test_a_run_on_its_own_tokenizer_has_that_vocabulary_and_ships_it(tmp_path):
+    texts = [chat.prompt_text(f"What is {a} + {a + 1}?") + chat.answer_text(f"{a} + {a + 1} = {2 * a + 1}.")
+             for a in range(300)]
+    train_tokenizer(texts, vocab_size=1024, tail_unused=300).save_pretrained(str(tmp_path / "tok"))
+    settings = TrainSettings(steps=2, batch_size=4, learning_rate=1e-3, warmup_steps=1)
+    spec = RunSpec(tmp_path / "out", None, settings, device="cpu", examples=8, text_overrides=TOY,
+                   canvas_length=32, tokenizer=tmp_path / "tok")
+    report = train_models(spec, log=lambda message: None)
+    assert report["vocabulary"] == 1024
+    for name in ("diffusion", "autoregressive"):
+        saved = json.loads((tmp_path / "out" / name / "config.json").read_text())
+        assert saved.get("text_config", saved)["vocab_size"] == 1024, name
+        assert filecmp.cmp(tmp_path / "out" / name / "tokenizer.json", tmp_path / "tok" / "tokenizer.json")
+    # its pool is not the shipped tokenizer's, even with the same examples
+    shipped = replace(spec, tokenizer=None, checkpoint_dir=tmp_path / "c")
+    own = replace(spec, checkpoint_dir=tmp_path / "c")
+    run_module._example_pool(shipped, load_mini_tokenizer())
+    run_module._example_pool(own, load_tokenizer(own.tokenizer))
+    assert len(list((tmp_path / "c").glob("pool-*.pt"))) == 2
+
+
+def test_mini_train_refuses_a_folder_without_a_tokenizer_before_any_work(tmp_path):
+    result = CliRunner().invoke(app, ["mini", "train", "--out", str(tmp_path / "run"), "--device", "cpu",
+                                      "--tokenizer", str(tmp_path)])
+    assert result.exit_code == 2 and "no tokenizer.json" in result.output
+    assert not (tmp_path / "run").exists()

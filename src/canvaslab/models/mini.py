@@ -1,4 +1,4 @@
-"""The `mini` architecture: DiffusionGemma scaled down to 15M parameters, trainable in minutes.
+"""The `mini` architecture: DiffusionGemma scaled down to 18M parameters, trainable in minutes.
 
 Everything the real ``google/diffusiongemma-26B-A4B-it`` has, at small sizes: sliding-window layers
 with a full-attention layer every third (the real model: every sixth), fewer KV heads and wider heads
@@ -19,7 +19,7 @@ from typing import Any
 from transformers import AutoTokenizer, DiffusionGemmaConfig, Gemma4TextConfig
 
 MINI_CANVAS = 128
-MINI_VOCAB = 4096
+MINI_VOCAB = 16384
 MINI_LAYERS = 6
 MINI_EOS_IDS = [1, 106]  # <eos>, <end_of_turn>
 

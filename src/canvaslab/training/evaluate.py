@@ -4,7 +4,8 @@ The diffusion model answers through canvaslab's generate (transformers' own loop
 with the checkpoint's default sampler settings; the autoregressive sibling answers greedily. Math,
 factual, JSON and code answers are scored exactly as the commit-order study scores them; prose has
 no right answer, so it gets a readability proxy: the share of its words that occur in the training
-passages' vocabulary (random tokens score near 0, English near 1).
+passages' vocabulary (random tokens score near 0, English near 1), and the stricter share of its adjacent word
+pairs that occur in the passages (English words in a random order score low on it).
 """
 
 from __future__ import annotations
@@ -26,16 +27,35 @@ from canvaslab.training.tasks import Example
 _WORD = re.compile(r"[A-Za-z]+")
 
 
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
 @lru_cache(maxsize=2)
 def _vocabulary(passages: str) -> frozenset[str]:
-    return frozenset(w.lower() for w in _WORD.findall(Path(passages).read_text(encoding="utf-8")))
+    return frozenset(_words(Path(passages).read_text(encoding="utf-8")))
+
+
+@lru_cache(maxsize=2)
+def _bigrams(passages: str) -> frozenset[tuple[str, str]]:
+    words = _words(Path(passages).read_text(encoding="utf-8"))
+    return frozenset(zip(words, words[1:]))
 
 
 def english_fraction(text: str, passages: Path | str) -> float:
     """Share of the text's words found in the passages' vocabulary (0 when there are no words)."""
-    words = [w.lower() for w in _WORD.findall(text)]
+    words = _words(text)
     vocabulary = _vocabulary(str(passages))
     return sum(w in vocabulary for w in words) / len(words) if words else 0.0
+
+
+def english_bigram_fraction(text: str, passages: Path | str) -> float:
+    """Share of the text's adjacent word pairs that occur in the passages (0 with fewer than two words): a
+    stricter proxy than the word share, which English words in a random order pass."""
+    words = _words(text)
+    bigrams = _bigrams(str(passages))
+    pairs = list(zip(words, words[1:]))
+    return sum(pair in bigrams for pair in pairs) / len(pairs) if pairs else 0.0
 
 
 def judge(example: Example, text: str) -> bool | None:
@@ -87,10 +107,13 @@ def summarize(examples: Sequence[Example], answers: Sequence[dict], passages: Pa
     """Per task: n, accuracy (or the English share for prose), median accept calls where known."""
     by_task: dict[str, dict] = {}
     for example, answer in zip(examples, answers):
-        entry = by_task.setdefault(example.task, {"n": 0, "scores": [], "passes": []})
+        entry = by_task.setdefault(example.task, {"n": 0, "scores": [], "passes": [], "bigrams": []})
         entry["n"] += 1
         if example.task == "prose":
             value = english_fraction(answer["text"], passages) if passages else None
+            if passages:
+                answer["bigram_score"] = english_bigram_fraction(answer["text"], passages)
+                entry["bigrams"].append(answer["bigram_score"])
         else:
             value = judge(example, answer["text"])
         answer["score"] = value
@@ -102,6 +125,8 @@ def summarize(examples: Sequence[Example], answers: Sequence[dict], passages: Pa
     for task, entry in by_task.items():
         metric = "english_word_share" if task == "prose" else "accuracy"
         summary[task] = {"n": entry["n"], metric: statistics.fmean(entry["scores"]) if entry["scores"] else None}
+        if entry["bigrams"]:
+            summary[task]["english_bigram_share"] = statistics.fmean(entry["bigrams"])
         if entry["passes"]:
             summary[task]["median_accept_calls"] = statistics.median(entry["passes"])
     return summary

@@ -24,8 +24,8 @@ from transformers import PreTrainedTokenizerFast
 
 from canvaslab.training import chat
 
-VOCAB_SIZE = 4096
-TAIL_UNUSED = 128
+VOCAB_SIZE = 16384
+TAIL_UNUSED = 256
 LOW_UNUSED = range(6, 105)
 UNUSED_TOTAL = len(LOW_UNUSED) + TAIL_UNUSED
 # the head's 109 specials and the 256 byte symbols, with room for merges

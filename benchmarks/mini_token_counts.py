@@ -1,0 +1,56 @@
+"""Count every token id of the shipped `mini`'s training examples (the recipe's pool: prompts and answers, as the
+models saw them) into token_counts.npy, the file `canvaslab noise-study plan --token-counts` takes for its
+rare-token control. Counting the pool's own ids, not a re-tokenized text dump, gives the counts of exactly what
+the model was trained on.
+
+    python benchmarks/mini_token_counts.py --passages prose.txt --out DIR     # DIR/token_counts.npy, counts.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from canvaslab.models.mini import load_mini_tokenizer
+from canvaslab.training.batches import Pool, generate_texts
+from canvaslab.training.recipe import SHIPPED
+from canvaslab.training.tasks import parse_shares
+from canvaslab.studies.unused_tokens.vocab_scan import find_unused_tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--passages", type=Path, required=True, help="`canvaslab mini passages` of the default corpus")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--examples", type=int, default=SHIPPED.examples, help="pool size (the recipe's)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    start = time.monotonic()
+    tokenizer = load_mini_tokenizer()
+    rows = generate_texts(args.passages, args.examples, args.seed, workers=os.cpu_count() or 1,
+                          shares=parse_shares(SHIPPED.mixture))
+    # the training run's cut: answers keep at most two canvases (run.py, max_answer_tokens)
+    pool = Pool.build(tokenizer, rows, max_answer_tokens=2 * 128)
+    counts = np.zeros(len(tokenizer), dtype=np.int64)
+    for ids in (*pool.prompts, *pool.answers):
+        counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=len(tokenizer))
+    unused = list(find_unused_tokens(tokenizer).ids)
+    args.out.mkdir(parents=True, exist_ok=True)
+    np.save(args.out / "token_counts.npy", counts)
+    summary = {"examples": args.examples, "seed": args.seed, "mixture": SHIPPED.mixture,
+               "passages_sha256": hashlib.sha256(args.passages.read_bytes()).hexdigest(),
+               "tokens": int(counts.sum()), "ids_seen": int((counts > 0).sum()), "vocabulary": len(tokenizer),
+               "unused_ids": len(unused), "unused_occurrences": int(counts[unused].sum()),
+               "seconds": round(time.monotonic() - start, 1)}
+    (args.out / "counts.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
