@@ -28,8 +28,11 @@
 # trained, the shipped one serves; none: no sibling, no order study), RESUME_FROM (a folder of the
 # resume-KIND/ folders an earlier call packed, for a cold machine), SUM_FORMAT (the training
 # default; run 5: padded), MIXTURE (overrides of the tasks' shares, e.g. add3=0.27,fact=0.10; run 7), TOKENIZER
-# (a tokenizer folder from `canvaslab mini tokenizer` instead of the shipped one; run 8), STUDIES=0 (train,
+# (a tokenizer folder from `canvaslab mini tokenizer` instead of the shipped one; run 8), EVAL_TASKS (the tasks
+# evaluated on the GPU after training, default add2,add3,word,fact,json,prose), STUDIES=0 (train,
 # evaluate and ship, no studies: the call ends when the models are done), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
+# Shipping copies the trained weights into the package's assets (the studies load `--model mini`), a dry run's tiny
+# model too: run it from a copy of the tree, or `git checkout src/canvaslab/models/assets` afterwards.
 set -u
 state=$1 passages=$2 pack=$3 deadline=$4 budget=${5:-700} counts=${6:+--token-counts $6}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,6 +52,12 @@ fi
 if [ -n "${MIXTURE:-}" ] && ! python -c 'import sys; from canvaslab.training.tasks import parse_shares
 parse_shares(sys.argv[1])' "$MIXTURE" 2>/dev/null; then
   echo "MIXTURE '$MIXTURE' is not a list of TASK=SHARE overrides (or canvaslab is not importable)" >&2
+  exit 2
+fi
+if [ -n "${EVAL_TASKS:-}" ] && ! python -c 'import sys; from canvaslab.training.tasks import EVAL_TASKS as T
+tasks = [t for t in sys.argv[1].split(",") if t]
+sys.exit(not tasks or any(t not in T for t in tasks))' "$EVAL_TASKS" 2>/dev/null; then
+  echo "EVAL_TASKS '$EVAL_TASKS' is not a comma-separated list of evaluated tasks (add2,add3,word,fact,json,code,prose)" >&2
   exit 2
 fi
 if [ -n "${TOKENIZER:-}" ] && [ ! -f "$TOKENIZER/tokenizer.json" ]; then
@@ -83,7 +92,7 @@ train() {  # train KIND OUT_FOLDER EVAL_MODEL EXTRA...
   # evaluation and packing fit in them
   local stop_after=$(( $(left) - 60 ))
   timeout "$(( $(left) - 30 ))" python "$here/mini_train_h200.py" --out "$out" --kinds "$kind" --eval-models "$model" \
-      --eval-tasks add2,add3,word,fact,json,prose --passages "$passages" --batch-size "${BATCH:-512}" \
+      --eval-tasks "${EVAL_TASKS:-add2,add3,word,fact,json,prose}" --passages "$passages" --batch-size "${BATCH:-512}" \
       --lr "${LR:-7e-4}" --examples "${EXAMPLES:-600000}" --steps "${STEPS:-20000}" --device "$device" \
       --compile "${COMPILE:-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny \
       --portable-dir "$state/portable" \

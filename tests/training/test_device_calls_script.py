@@ -31,6 +31,14 @@ def test_an_unknown_sum_format_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "state").exists()
 
 
+def test_an_unknown_evaluated_task_is_refused_in_one_line(tmp_path):
+    done = _run(tmp_path, EVAL_TASKS="prose,poetry")
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("EVAL_TASKS 'prose,poetry' is not a comma-separated list")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "state").exists()
+
+
 def test_keep_is_a_sibling_mode_that_reaches_the_next_check(tmp_path):
     # keep (no sibling trained, the shipped mini-ar serves) passes the SIBLING check, so the bad SUM_FORMAT,
     # checked next, is what stops the script
