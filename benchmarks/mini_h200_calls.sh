@@ -56,8 +56,8 @@ parse_shares(sys.argv[1])' "$MIXTURE" 2>/dev/null; then
 fi
 if [ -n "${EVAL_TASKS:-}" ] && ! python -c 'import sys; from canvaslab.training.tasks import EVAL_TASKS as T
 tasks = [t for t in sys.argv[1].split(",") if t]
-sys.exit(not tasks or any(t not in T for t in tasks))' "$EVAL_TASKS" 2>/dev/null; then
-  echo "EVAL_TASKS '$EVAL_TASKS' is not a comma-separated list of evaluated tasks (add2,add3,word,fact,json,code,prose)" >&2
+if not tasks or any(t not in T for t in tasks):
+    sys.exit("EVAL_TASKS %r is not a comma-separated list of evaluated tasks (%s)" % (sys.argv[1], ",".join(T)))' "$EVAL_TASKS"; then
   exit 2
 fi
 if [ -n "${TOKENIZER:-}" ] && [ ! -f "$TOKENIZER/tokenizer.json" ]; then

@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "mini_h200_calls.sh"
 
 
@@ -23,18 +25,14 @@ def test_an_unknown_sibling_mode_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "state").exists()
 
 
-def test_an_unknown_sum_format_is_refused_in_one_line(tmp_path):
-    done = _run(tmp_path, SUM_FORMAT="roman")
+@pytest.mark.parametrize("setting, value, message", [
+    ("SUM_FORMAT", "roman", "SUM_FORMAT 'roman' is not a sum format"),
+    ("EVAL_TASKS", "prose,poetry", "EVAL_TASKS 'prose,poetry' is not a comma-separated list of evaluated tasks (add2,"),
+])
+def test_an_unknown_setting_is_refused_in_one_line(tmp_path, setting, value, message):
+    done = _run(tmp_path, **{setting: value})
     assert done.returncode == 2
-    assert done.stderr.strip().startswith("SUM_FORMAT 'roman' is not a sum format")
-    assert len(done.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "state").exists()
-
-
-def test_an_unknown_evaluated_task_is_refused_in_one_line(tmp_path):
-    done = _run(tmp_path, EVAL_TASKS="prose,poetry")
-    assert done.returncode == 2
-    assert done.stderr.strip().startswith("EVAL_TASKS 'prose,poetry' is not a comma-separated list")
+    assert done.stderr.strip().startswith(message)
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "state").exists()
 
