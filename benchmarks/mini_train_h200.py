@@ -91,6 +91,8 @@ def main() -> None:
     parser.add_argument("--mixture", default="", help="overrides of the tasks' shares, e.g. add3=0.27,fact=0.10")
     parser.add_argument("--logit-adjustment", action="store_true",
                         help="NoiseSchedule.logit_adjustment: the loss weights no longer bias the predictions")
+    parser.add_argument("--rate-power", type=float, default=1.0,
+                        help="NoiseSchedule.rate_power: rates min + (max - min) u^power (< 1: more high rates)")
     parser.add_argument("--tokenizer", type=Path, help="a tokenizer folder instead of the shipped one")
     parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
     args = parser.parse_args()
@@ -102,6 +104,11 @@ def main() -> None:
                              warmup_steps=min(args.warmup, args.steps // 10 + 1), time_budget_s=args.time_budget)
     if args.logit_adjustment:
         settings = replace(settings, schedule=replace(settings.schedule, logit_adjustment=True))
+    if not args.rate_power > 0:
+        print(f"error: --rate-power must be positive, got {args.rate_power}", file=sys.stderr)
+        raise SystemExit(2)
+    if args.rate_power != 1.0:
+        settings = replace(settings, schedule=replace(settings.schedule, rate_power=args.rate_power))
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
                    kinds=tuple(args.kinds.split(",")), compile_parts=args.compile,
                    answers=AnswerStyle(args.sum_format), shares=tuple(parse_shares(args.mixture).items()),

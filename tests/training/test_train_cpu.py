@@ -451,3 +451,18 @@ def test_mini_train_refuses_a_folder_without_a_tokenizer_before_any_work(tmp_pat
                                       "--tokenizer", str(tmp_path)])
     assert result.exit_code == 2 and "no tokenizer.json" in result.output
     assert not (tmp_path / "run").exists()
+
+
+def test_the_card_shows_every_prose_measure_and_the_references_frequent_word_share(tmp_path):
+    history = [{"step": 0, "loss": 8.3, "tokens": 100}, {"step": 1, "loss": 7.1, "tokens": 200}]
+    training = {"settings": {"batch_size": 4, "learning_rate": 7e-4, "warmup_steps": 1, "seed": 0},
+                "pool_examples": 8, "pool_tokens": 300, "mixture_counts": {"prose": 8}, "environment": {"device": "cpu"},
+                "diffusion": {"parameters": 10, "history": history, "steps": 2, "train_seconds": 1.0}}
+    prose = {"n": 5, "english_word_share": 0.98, "english_bigram_share": 0.84, "frequent_word_share": 0.56,
+             "reference_frequent_word_share": 0.32, "median_accept_calls": 48}
+    (tmp_path / "training.json").write_text(json.dumps(training))
+    (tmp_path / "quality_diffusion.json").write_text(json.dumps({"per_task": 5, "diffusion": {"prose": prose}}))
+    card = write_card(tmp_path).read_text()
+    assert "| prose (english_bigram_share) | 5 | 0.840 | - | 48 |" in card
+    assert "| prose (frequent_word_share) | 5 | 0.560 | - | 48 |" in card
+    assert "the held-out references' is 0.320" in card

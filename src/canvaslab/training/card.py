@@ -35,17 +35,28 @@ def plot_loss(training: dict, out: Path) -> Path:
     return out
 
 
+# Prose has no right answer: each proxy gets a row (evaluate.py), the word share first as on older cards
+PROSE_METRICS = ("english_word_share", "english_bigram_share", "frequent_word_share")
+
+
 def _quality_rows(quality: dict) -> list[str]:
-    """One row per task either model was evaluated on (a run may train or evaluate only one of them)."""
+    """One row per task either model was evaluated on (a run may train or evaluate only one of them), one per
+    prose measure either has, and the references' frequent-word share where known."""
     diffusion, sibling = quality.get("diffusion", {}), quality.get("autoregressive", {})
     rows = ["| task | n | mini | AR sibling | mini median accept calls |", "| --- | --- | --- | --- | --- |"]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     for task in dict.fromkeys([*diffusion, *sibling]):
-        metric = "english_word_share" if task == "prose" else "accuracy"
-        entry = diffusion.get(task, {})
-        n = entry.get("n", sibling.get(task, {}).get("n"))
-        rows.append(f"| {task} ({metric}) | {n} | {fmt(entry.get(metric))} | {fmt(sibling.get(task, {}).get(metric))} | "
-                    f"{entry.get('median_accept_calls', '-')} |")
+        entry, other = diffusion.get(task, {}), sibling.get(task, {})
+        metrics = [m for m in PROSE_METRICS if m in entry or m in other] if task == "prose" else ["accuracy"]
+        for metric in metrics:
+            rows.append(f"| {task} ({metric}) | {entry.get('n', other.get('n'))} | {fmt(entry.get(metric))} | "
+                        f"{fmt(other.get(metric))} | {entry.get('median_accept_calls', '-')} |")
+    reference = next((m["prose"]["reference_frequent_word_share"] for m in (diffusion, sibling)
+                      if "reference_frequent_word_share" in m.get("prose", {})), None)
+    if reference is not None:
+        rows += ["", f"Prose's frequent_word_share is the share of words among the passages' 20 most frequent; the "
+                     f"held-out references' is {reference:.3f}. Runs of frequent words pass the word and pair shares "
+                     "and sit far above it."]
     return rows
 
 

@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+"""Does `mini` know English locally, or does its prose fail only when written from noise?
+
+On held-out prose examples, the reference answer is put on the canvas with a share ``rate`` of its positions
+replaced by uniform noise (the training objective's canvas: pads included, no self-conditioning), and the
+decoder's argmax is read at the noised positions. Per rate: accuracy and cross-entropy (nats) on the noised
+answer tokens, and the English word-pair share of the answer so filled in. Beside it, the AR sibling reads the
+same answers teacher-forced (next-token accuracy and cross-entropy, left context only), and the answers both
+models generate from the prompt alone. If the denoiser fills in a lightly noised answer with English while its
+generated prose is not, the parallel writing from noise is what fails; if the fill-in is poor too, its
+predictions are.
+
+    python benchmarks/mini_prose_denoise.py --passages prose.txt --out FILE.json [--per-task 64]
+        [--rates 0.1,0.3,0.5,0.7,0.9,1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from canvaslab.environment import environment_fingerprint
+from canvaslab.io import write_json_atomic
+from canvaslab.models import load_model
+from canvaslab.models.mini import packaged_folder
+from canvaslab.training import chat
+from canvaslab.training.batches import _left_pad
+from canvaslab.training.evaluate import answer_causal, answer_diffusion, english_bigram_fraction
+from canvaslab.training.objective import DiffusionBatch, decoder_logits, encode_prefix, noise_canvas
+from canvaslab.training.tasks import Mixture
+
+END_OF_TURN = 106
+
+
+def _encoded(tokenizer, examples):
+    prompts = [tokenizer(chat.prompt_text(e.prompt), add_special_tokens=False)["input_ids"] for e in examples]
+    answers = [tokenizer(chat.answer_text(e.answer), add_special_tokens=False)["input_ids"] for e in examples]
+    return prompts, answers
+
+
+def _answer_text(tokenizer, tokens: list[int]) -> str:
+    if END_OF_TURN in tokens:
+        tokens = tokens[: tokens.index(END_OF_TURN)]
+    return tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+@torch.no_grad()
+def denoiser_fill_in(loaded, examples, rates: list[float], passages: Path) -> list[dict]:
+    tokenizer, model = loaded.tokenizer, loaded.model
+    prompts, answers = _encoded(tokenizer, examples)
+    ids, mask = _left_pad(prompts, 0)
+    clean = torch.zeros((len(examples), model.config.canvas_length), dtype=torch.long)
+    for row, answer in enumerate(answers):
+        answer = answer[: clean.shape[1]]
+        clean[row, : len(answer)] = torch.tensor(answer)
+    batch = DiffusionBatch(ids, mask, clean)
+    cache = encode_prefix(model, batch)
+    results = []
+    for rate in rates:
+        generator = torch.Generator().manual_seed(0)
+        noisy, noised = noise_canvas(clean, torch.full((len(examples),), rate), loaded.vocab_size, generator)
+        logits = decoder_logits(model, cache, batch, noisy).float()
+        scored = noised & (clean != 0)
+        losses = F.cross_entropy(logits.flatten(0, 1), clean.reshape(-1), reduction="none").view(clean.shape)
+        filled = torch.where(noised, logits.argmax(-1), clean)
+        texts = [_answer_text(tokenizer, filled[row].tolist()) for row in range(len(examples))]
+        results.append({"rate": rate,
+                        "noised_answer_token_accuracy": round(float(((logits.argmax(-1) == clean) & scored).sum()
+                                                                    / scored.sum()), 4),
+                        "noised_answer_token_loss_nats": round(float((losses * scored).sum() / scored.sum()), 4),
+                        "filled_word_pairs": round(statistics.mean(english_bigram_fraction(t, passages)
+                                                                   for t in texts), 3),
+                        "sample": texts[0]})
+        print(results[-1], flush=True)
+    return results
+
+
+@torch.no_grad()
+def sibling_teacher_forced(model, tokenizer, examples) -> dict:
+    prompts, answers = _encoded(tokenizer, examples)
+    right = total = 0
+    loss = 0.0
+    for prompt, answer in zip(prompts, answers):
+        ids = torch.tensor([prompt + answer])
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float()
+        target = torch.tensor(answer)
+        loss += float(F.cross_entropy(logits, target, reduction="sum"))
+        right += int((logits.argmax(-1) == target).sum())
+        total += len(answer)
+    return {"next_token_accuracy": round(right / total, 4), "next_token_loss_nats": round(loss / total, 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="mini")
+    parser.add_argument("--sibling", default=str(packaged_folder("mini-ar")))
+    parser.add_argument("--passages", type=Path, required=True)
+    parser.add_argument("--per-task", type=int, default=64)
+    parser.add_argument("--rates", default="0.1,0.3,0.5,0.7,0.9,1.0")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    from transformers import AutoModelForCausalLM
+
+    loaded = load_model(args.model, dtype="float32", device="cpu")
+    examples = Mixture(args.passages).heldout("prose", args.per_task, 0)
+    sibling = AutoModelForCausalLM.from_pretrained(args.sibling, dtype=torch.float32).eval()
+    report = {"model": args.model, "sibling": args.sibling, "per_task": args.per_task,
+              "denoiser_fill_in": denoiser_fill_in(loaded, examples, [float(r) for r in args.rates.split(",")],
+                                                   args.passages),
+              "sibling_teacher_forced": sibling_teacher_forced(sibling, loaded.tokenizer, examples)}
+    generated = answer_diffusion(loaded, examples, seed=0)
+    greedy = answer_causal(sibling, loaded.tokenizer, examples, max_new_tokens=256)
+    report["generated_word_pairs"] = {
+        "diffusion": round(statistics.mean(english_bigram_fraction(a["text"], args.passages) for a in generated), 3),
+        "sibling": round(statistics.mean(english_bigram_fraction(a["text"], args.passages) for a in greedy), 3)}
+    report["reference_word_pairs"] = round(statistics.mean(
+        english_bigram_fraction(e.answer, args.passages) for e in examples), 3)
+    report["environment"] = environment_fingerprint(loaded.model, loaded.device)
+    print({k: v for k, v in report.items() if k not in ("denoiser_fill_in", "environment")}, flush=True)
+    write_json_atomic(args.out, report)
+
+
+if __name__ == "__main__":
+    main()

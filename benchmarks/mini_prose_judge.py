@@ -1,0 +1,108 @@
+#!/usr/bin/env python
+"""Does stored prose read as English? Measures that word salad of frequent words cannot pass.
+
+The English-word share and the word-pair share (``canvaslab.training.evaluate``) are passed by runs of frequent
+words ("the the, of the, to to of"): every pair of them occurs somewhere in the passages. Beside them this
+script gives, per set of answers to the same held-out prose prompts:
+
+- ``sibling_nll``: the AR sibling's mean negative log-likelihood (nats per token) of the answer given the prompt,
+  the generative perplexity that diffusion-LM papers report (lower: more like the training text);
+- ``frequent_word_share`` (``evaluate.frequent_word_fraction``): the share of words among the passages' 20 most
+  frequent ones; English prose sits near the references' value, frequent-word salad far above it;
+- ``repeated_word_share``: the share of words equal to the word before ("the the");
+- ``distinct_words_first_30``: distinct words among the first 30 (fewer when shorter), a length-matched
+  repetition measure.
+
+Each is read beside the held-out references (the passages' own continuations) and the sibling's answers,
+greedy and sampled at temperature 0.8 (the diffusion sampler's first-pass temperature).
+
+    python benchmarks/mini_prose_judge.py --passages prose.txt --answers NAME=quality.json [...] --out FILE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
+
+from canvaslab.environment import environment_fingerprint
+from canvaslab.io import write_json_atomic
+from canvaslab.models.mini import load_mini_tokenizer, packaged_folder
+from canvaslab.training import chat
+from canvaslab.training.evaluate import (_words, answer_causal, english_bigram_fraction, english_fraction,
+                                         frequent_word_fraction, frequent_words)
+from canvaslab.training.tasks import Mixture
+
+
+@torch.no_grad()
+def sibling_nll(model, tokenizer, prompt: str, text: str) -> float | None:
+    prompt_ids = tokenizer(chat.prompt_text(prompt), add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if not answer_ids:
+        return None
+    logits = model(input_ids=torch.tensor([prompt_ids + answer_ids])).logits[0, len(prompt_ids) - 1: -1].float()
+    return float(F.cross_entropy(logits, torch.tensor(answer_ids)))
+
+
+def judged(texts: list[str], prompts: list[str], model, tokenizer, passages: Path) -> dict:
+    rows = []
+    for prompt, text in zip(prompts, texts):
+        words = _words(text)
+        rows.append({
+            "word_share": english_fraction(text, passages), "word_pairs": english_bigram_fraction(text, passages),
+            "sibling_nll": sibling_nll(model, tokenizer, prompt, text),
+            "frequent_word_share": frequent_word_fraction(text, passages),
+            "repeated_word_share": sum(a == b for a, b in zip(words, words[1:])) / (len(words) - 1)
+            if len(words) > 1 else None,
+            "distinct_words_first_30": len(set(words[:30])) / len(words[:30]) if words else None,
+            "words": len(words)})
+    summary = {}
+    for key in rows[0]:
+        values = [row[key] for row in rows if row[key] is not None]
+        summary[key] = round(statistics.fmean(values), 4) if key != "words" else statistics.median(values)
+    return {"summary": summary, "samples": texts[:3]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--passages", type=Path, required=True)
+    parser.add_argument("--answers", action="append", default=[], help="NAME=quality JSON with prose answers")
+    parser.add_argument("--per-task", type=int, default=100)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    if any("=" not in item for item in args.answers):
+        parser.error("each --answers is NAME=QUALITY.json")
+    sets = dict(item.split("=", 1) for item in args.answers)
+    missing = [path for path in [*sets.values(), args.passages] if not Path(path).is_file()]
+    if missing:
+        parser.error(f"no such file: {missing[0]}")
+    tokenizer = load_mini_tokenizer()
+    model = AutoModelForCausalLM.from_pretrained(str(packaged_folder("mini-ar")), dtype=torch.float32).eval()
+    examples = Mixture(args.passages).heldout("prose", args.per_task, 0)
+    prompts = [e.prompt for e in examples]
+    texts = {"references": [e.answer for e in examples]}
+    for name, temperature in (("sibling greedy", None), ("sibling sampled T=0.8", 0.8)):
+        torch.manual_seed(0)
+        answers = answer_causal(model, tokenizer, examples, max_new_tokens=256, batch_size=len(examples),
+                                temperature=temperature)
+        texts[name] = [a["text"] for a in answers]
+    for name, path in sets.items():
+        answers = [a for a in json.loads(Path(path).read_text())["answers"]["diffusion"] if a["task"] == "prose"]
+        if [a["prompt"] for a in answers] != prompts:
+            raise SystemExit(f"{path}: its prose prompts are not the {args.per_task} held-out ones in order")
+        texts[name] = [a["text"] for a in answers]
+    report = {"per_task": args.per_task, "frequent_words": sorted(frequent_words(str(args.passages))), "sets": {}}
+    for name, answers in texts.items():
+        report["sets"][name] = judged(answers, prompts, model, tokenizer, args.passages)
+        print(name, report["sets"][name]["summary"], flush=True)
+    report["environment"] = environment_fingerprint(None, torch.device("cpu"), judge="mini-ar (packaged)")
+    write_json_atomic(args.out, report)
+
+
+if __name__ == "__main__":
+    main()
