@@ -4,14 +4,15 @@
 On held-out prose examples, the reference answer is put on the canvas with a share ``rate`` of its positions
 replaced by uniform noise (the training objective's canvas: pads included, no self-conditioning), and the
 decoder's argmax is read at the noised positions. Per rate: accuracy and cross-entropy (nats) on the noised
-answer tokens, and the English word-pair share of the answer so filled in. Beside it, the AR sibling reads the
+answer tokens, the same with self-conditioning (from a first pass on a nested noisier canvas, as training feeds
+it, and from a first pass on the same canvas), and the English word-pair share of the answer so filled in. Beside it, the AR sibling reads the
 same answers teacher-forced (next-token accuracy and cross-entropy, left context only), and the answers both
 models generate from the prompt alone. If the denoiser fills in a lightly noised answer with English while its
 generated prose is not, the parallel writing from noise is what fails; if the fill-in is poor too, its
 predictions are.
 
     python benchmarks/mini_prose_denoise.py --passages prose.txt --out FILE.json [--per-task 64]
-        [--rates 0.1,0.3,0.5,0.7,0.9,1.0]
+        [--rates 0.1,0.3,0.5,0.7,0.9,1.0] [--model mini|DIR] [--no-generation]
 """
 
 from __future__ import annotations
@@ -62,21 +63,34 @@ def denoiser_fill_in(loaded, examples, rates: list[float], passages: Path) -> li
     results = []
     for rate in rates:
         generator = torch.Generator().manual_seed(0)
-        noisy, noised = noise_canvas(clean, torch.full((len(examples),), rate), loaded.vocab_size, generator)
+        keep = torch.rand(clean.shape, generator=generator)
+        noisy, noised = noise_canvas(clean, torch.full((len(examples),), rate), loaded.vocab_size, generator, keep)
         logits = decoder_logits(model, cache, batch, noisy).float()
         scored = noised & (clean != 0)
-        losses = F.cross_entropy(logits.flatten(0, 1), clean.reshape(-1), reduction="none").view(clean.shape)
         filled = torch.where(noised, logits.argmax(-1), clean)
         texts = [_answer_text(tokenizer, filled[row].tolist()) for row in range(len(examples))]
-        results.append({"rate": rate,
-                        "noised_answer_token_accuracy": round(float(((logits.argmax(-1) == clean) & scored).sum()
-                                                                    / scored.sum()), 4),
-                        "noised_answer_token_loss_nats": round(float((losses * scored).sum() / scored.sum()), 4),
+        # Self-conditioning as training feeds it (a first pass on a nested, noisier canvas) and from a first pass
+        # on this same canvas; temperature 0.6, the middle of the sampler's range. Does the model use it?
+        earlier_rate = rate + (1 - rate) * torch.rand(len(examples), generator=generator)
+        earlier, _ = noise_canvas(clean, earlier_rate, loaded.vocab_size, generator, keep)
+        nested = decoder_logits(model, cache, batch, noisy,
+                                self_conditioning_logits=decoder_logits(model, cache, batch, earlier) / 0.6)
+        same = decoder_logits(model, cache, batch, noisy, self_conditioning_logits=logits / 0.6)
+        results.append({"rate": rate, **_scored(logits, clean, scored),
+                        "self_conditioned_nested": _scored(nested, clean, scored),
+                        "self_conditioned_same_canvas": _scored(same, clean, scored),
                         "filled_word_pairs": round(statistics.mean(english_bigram_fraction(t, passages)
                                                                    for t in texts), 3),
                         "sample": texts[0]})
         print(results[-1], flush=True)
     return results
+
+
+def _scored(logits: torch.Tensor, clean: torch.Tensor, scored: torch.Tensor) -> dict:
+    logits = logits.float()
+    losses = F.cross_entropy(logits.flatten(0, 1), clean.reshape(-1), reduction="none").view(clean.shape)
+    return {"noised_answer_token_accuracy": round(float(((logits.argmax(-1) == clean) & scored).sum() / scored.sum()), 4),
+            "noised_answer_token_loss_nats": round(float((losses * scored).sum() / scored.sum()), 4)}
 
 
 @torch.no_grad()
@@ -101,6 +115,7 @@ def main() -> None:
     parser.add_argument("--passages", type=Path, required=True)
     parser.add_argument("--per-task", type=int, default=64)
     parser.add_argument("--rates", default="0.1,0.3,0.5,0.7,0.9,1.0")
+    parser.add_argument("--no-generation", action="store_true", help="skip the generated answers (toy checkpoints)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM
@@ -112,11 +127,12 @@ def main() -> None:
               "denoiser_fill_in": denoiser_fill_in(loaded, examples, [float(r) for r in args.rates.split(",")],
                                                    args.passages),
               "sibling_teacher_forced": sibling_teacher_forced(sibling, loaded.tokenizer, examples)}
-    generated = answer_diffusion(loaded, examples, seed=0)
-    greedy = answer_causal(sibling, loaded.tokenizer, examples, max_new_tokens=256)
-    report["generated_word_pairs"] = {
-        "diffusion": round(statistics.mean(english_bigram_fraction(a["text"], args.passages) for a in generated), 3),
-        "sibling": round(statistics.mean(english_bigram_fraction(a["text"], args.passages) for a in greedy), 3)}
+    if not args.no_generation:
+        generated = answer_diffusion(loaded, examples, seed=0)
+        greedy = answer_causal(sibling, loaded.tokenizer, examples, max_new_tokens=256)
+        report["generated_word_pairs"] = {
+            "diffusion": round(statistics.mean(english_bigram_fraction(a["text"], args.passages) for a in generated), 3),
+            "sibling": round(statistics.mean(english_bigram_fraction(a["text"], args.passages) for a in greedy), 3)}
     report["reference_word_pairs"] = round(statistics.mean(
         english_bigram_fraction(e.answer, args.passages) for e in examples), 3)
     report["environment"] = environment_fingerprint(loaded.model, loaded.device)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from canvaslab.training.card import write_card
 from canvaslab.training.loop import TrainSettings, TrainingPaused
+from canvaslab.training.objective import SELF_CONDITIONING_CANVASES
 from canvaslab.training.run import RunSpec, evaluate_models, train_models
 from canvaslab.training.tasks import AnswerStyle, parse_shares
 from canvaslab.training.tasks.arithmetic import SUM_FORMATS
@@ -93,6 +94,8 @@ def main() -> None:
                         help="NoiseSchedule.logit_adjustment: the loss weights no longer bias the predictions")
     parser.add_argument("--rate-power", type=float, default=1.0,
                         help="NoiseSchedule.rate_power: rates min + (max - min) u^power (< 1: more high rates)")
+    parser.add_argument("--self-conditioning-canvas", default="nested", choices=SELF_CONDITIONING_CANVASES,
+                        help="NoiseSchedule.self_conditioning_canvas: the first pass on a noisier copy or the same canvas")
     parser.add_argument("--tokenizer", type=Path, help="a tokenizer folder instead of the shipped one")
     parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
     args = parser.parse_args()
@@ -109,6 +112,9 @@ def main() -> None:
         raise SystemExit(2)
     if args.rate_power != 1.0:
         settings = replace(settings, schedule=replace(settings.schedule, rate_power=args.rate_power))
+    if args.self_conditioning_canvas != "nested":
+        settings = replace(settings, schedule=replace(settings.schedule,
+                                                      self_conditioning_canvas=args.self_conditioning_canvas))
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
                    kinds=tuple(args.kinds.split(",")), compile_parts=args.compile,
                    answers=AnswerStyle(args.sum_format), shares=tuple(parse_shares(args.mixture).items()),

@@ -52,3 +52,31 @@ def test_default_rates_are_the_uniform_draw_and_the_options_reshape_it():
     capped = NoiseSchedule(max_rate=0.5).rates(10_000, draw(), "cpu")
     assert 0.05 <= float(low.min()) and float(low.max()) < 1 and float(low.mean()) < float(default.mean()) - 0.1
     assert 0.05 <= float(capped.min()) and float(capped.max()) < 0.5
+
+
+def test_self_conditioning_reads_a_first_pass_on_the_same_canvas_when_asked(monkeypatch):
+    """``self_conditioning_canvas="same"`` runs the first pass on the canvas the loss is taken on (Chen et al.'s
+    self-conditioning); the default keeps the nested, noisier copy."""
+    import pytest
+
+    from canvaslab.training import objective
+
+    seen = []
+    monkeypatch.setattr(objective, "encode_prefix", lambda model, batch: None)
+
+    def decoder(model, cache, batch, canvas, **kwargs):
+        seen.append(canvas.clone())
+        return torch.zeros((*canvas.shape, 200))
+    monkeypatch.setattr(objective, "decoder_logits", decoder)
+    monkeypatch.setattr(objective.anatomy, "self_conditioning_embedding", lambda model: torch.zeros(1))
+    model = type("M", (), {"config": type("C", (), {"text_config": type("T", (), {"vocab_size": 200})})})()
+    canvas, _ = _canvas(rows=64)
+    batch = objective.DiffusionBatch(None, None, canvas)
+    for choice, same in (("same", True), ("nested", False)):
+        seen.clear()
+        objective.diffusion_loss(model, batch, NoiseSchedule(self_conditioning_canvas=choice),
+                                 torch.Generator().manual_seed(3), self_condition=True)
+        first, second = seen
+        assert torch.equal(first, second) is same
+    with pytest.raises(ValueError, match="self_conditioning_canvas"):
+        NoiseSchedule(self_conditioning_canvas="previous")

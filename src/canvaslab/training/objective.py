@@ -17,7 +17,8 @@ The diffusion objective is the training-time mirror of transformers' generate lo
 - self-conditioning: on a random half of the steps (one host-side draw per step, as in Chen et al.'s
   self-conditioning recipe: a per-row draw ran the extra pass on nearly every step, and reading a
   device draw back stalled the GPU), a first decoder pass without gradient on a noisier copy of the
-  canvas (the previous step saw fewer accepted tokens) gives logits, which are divided by a
+  canvas (the previous step saw fewer accepted tokens; ``self_conditioning_canvas="same"``: on the canvas
+  itself, as in Chen et al.) gives logits, which are divided by a
   temperature drawn per row from ``[t_min, t_max]`` and cast to the embedding dtype exactly as
   ``_denoising_step`` hands them to the next step, and enter the second pass through
   ``self_conditioning_logits``; the other steps get none, as generate's first pass does;
@@ -49,6 +50,9 @@ from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, grouped_mm_expe
 from canvaslab.models import anatomy
 
 
+SELF_CONDITIONING_CANVASES = ("nested", "same")
+
+
 @dataclass(frozen=True)
 class NoiseSchedule:
     """How canvases are corrupted and self-conditioned in training (docs/mini-model.md)."""
@@ -64,6 +68,14 @@ class NoiseSchedule:
     rate_power: float = 1.0
     # the loss reads the logits plus log w of each candidate, so that the weights do not bias the prediction
     logit_adjustment: bool = False
+    # the first pass's canvas: "nested" (noisier, as the previous denoising step's; every shipped run) or "same"
+    # (this canvas, as in Analog Bits' self-conditioning, so that the first pass's logits are worth reading)
+    self_conditioning_canvas: str = "nested"
+
+    def __post_init__(self) -> None:
+        if self.self_conditioning_canvas not in SELF_CONDITIONING_CANVASES:
+            raise ValueError(f"self_conditioning_canvas must be one of {', '.join(SELF_CONDITIONING_CANVASES)}, "
+                             f"not {self.self_conditioning_canvas!r}")
 
     def rates(self, rows: int, generator: torch.Generator, device) -> torch.Tensor:
         """One noise rate per row (uniform in [min_rate, max_rate) by default; ``rate_power`` > 1 favours low rates)."""
@@ -164,8 +176,11 @@ def diffusion_loss(model, batch: DiffusionBatch, schedule: NoiseSchedule, genera
         self_condition = bool(torch.rand((), generator=generator, device=device) < schedule.self_conditioning_probability)
     self_conditioning = {}
     if self_condition:
-        earlier_rate = rate + (1 - rate) * torch.rand(rows, generator=generator, device=device)
-        earlier, _ = noise_canvas(batch.canvas, earlier_rate, vocab, generator, keep)
+        if schedule.self_conditioning_canvas == "same":
+            earlier = noisy
+        else:
+            earlier_rate = rate + (1 - rate) * torch.rand(rows, generator=generator, device=device)
+            earlier, _ = noise_canvas(batch.canvas, earlier_rate, vocab, generator, keep)
         temperature = schedule.t_min + (schedule.t_max - schedule.t_min) * torch.rand(
             rows, 1, 1, generator=generator, device=device)
         with torch.no_grad():
