@@ -2,8 +2,8 @@
 """Does `mini` know English locally, or does its prose fail only when written from noise?
 
 On held-out prose examples, the reference answer is put on the canvas with a share ``rate`` of its positions
-replaced by uniform noise (the training objective's canvas: pads included, no self-conditioning), and the
-decoder's argmax is read at the noised positions. Per rate: accuracy and cross-entropy (nats) on the noised
+replaced by uniform noise (the training objective's canvas, pads included), and the decoder's argmax is read at
+the noised positions. Per rate: accuracy and cross-entropy (nats) on the noised
 answer tokens, the same with self-conditioning (from a first pass on a nested noisier canvas, as training feeds
 it, and from a first pass on the same canvas), and the English word-pair share of the answer so filled in. Beside it, the AR sibling reads the
 same answers teacher-forced (next-token accuracy and cross-entropy, left context only), and the answers both
@@ -27,15 +27,13 @@ import torch.nn.functional as F
 from canvaslab.environment import environment_fingerprint
 from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
-from canvaslab.models.mini import packaged_folder
+from canvaslab.models.mini import MINI_EOS_IDS, packaged_folder
 from canvaslab.training import chat
 from canvaslab.training.batches import _left_pad
-from canvaslab.training.evaluate import answer_causal, answer_diffusion, english_bigram_fraction
+from canvaslab.training.evaluate import _until_eos, answer_causal, answer_diffusion, english_bigram_fraction
 from canvaslab.training.objective import DiffusionBatch, decoder_logits, encode_prefix, noise_canvas
 from canvaslab.training.tasks import Mixture
-
-END_OF_TURN = 106
-
+from mini_prose_judge import sibling_token_scores
 
 def _encoded(tokenizer, examples):
     prompts = [tokenizer(chat.prompt_text(e.prompt), add_special_tokens=False)["input_ids"] for e in examples]
@@ -44,9 +42,7 @@ def _encoded(tokenizer, examples):
 
 
 def _answer_text(tokenizer, tokens: list[int]) -> str:
-    if END_OF_TURN in tokens:
-        tokens = tokens[: tokens.index(END_OF_TURN)]
-    return tokenizer.decode(tokens, skip_special_tokens=True)
+    return tokenizer.decode(_until_eos(tokens, MINI_EOS_IDS), skip_special_tokens=True)
 
 
 @torch.no_grad()
@@ -93,19 +89,11 @@ def _scored(logits: torch.Tensor, clean: torch.Tensor, scored: torch.Tensor) -> 
             "noised_answer_token_loss_nats": round(float((losses * scored).sum() / scored.sum()), 4)}
 
 
-@torch.no_grad()
 def sibling_teacher_forced(model, tokenizer, examples) -> dict:
-    prompts, answers = _encoded(tokenizer, examples)
-    right = total = 0
-    loss = 0.0
-    for prompt, answer in zip(prompts, answers):
-        ids = torch.tensor([prompt + answer])
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float()
-        target = torch.tensor(answer)
-        loss += float(F.cross_entropy(logits, target, reduction="sum"))
-        right += int((logits.argmax(-1) == target).sum())
-        total += len(answer)
-    return {"next_token_accuracy": round(right / total, 4), "next_token_loss_nats": round(loss / total, 4)}
+    scores = [sibling_token_scores(model, tokenizer, e.prompt, chat.answer_text(e.answer)) for e in examples]
+    losses, right = torch.cat([loss for loss, _ in scores]), torch.cat([hit for _, hit in scores])
+    return {"next_token_accuracy": round(float(right.float().mean()), 4),
+            "next_token_loss_nats": round(float(losses.mean()), 4)}
 
 
 def main() -> None:

@@ -40,13 +40,18 @@ from canvaslab.training.tasks import Mixture
 
 
 @torch.no_grad()
-def sibling_nll(model, tokenizer, prompt: str, text: str) -> float | None:
+def sibling_token_scores(model, tokenizer, prompt: str, text: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The causal model's loss (nats) and argmax hit at each token of ``text``, read after the chat prompt."""
     prompt_ids = tokenizer(chat.prompt_text(prompt), add_special_tokens=False)["input_ids"]
-    answer_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    if not answer_ids:
-        return None
-    logits = model(input_ids=torch.tensor([prompt_ids + answer_ids])).logits[0, len(prompt_ids) - 1: -1].float()
-    return float(F.cross_entropy(logits, torch.tensor(answer_ids)))
+    answer_ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+    logits = model(input_ids=torch.cat([torch.tensor(prompt_ids), answer_ids])[None]).logits[0].float()
+    logits = logits[len(prompt_ids) - 1: -1]
+    return F.cross_entropy(logits, answer_ids, reduction="none"), logits.argmax(-1) == answer_ids
+
+
+def sibling_nll(model, tokenizer, prompt: str, text: str) -> float | None:
+    losses, _ = sibling_token_scores(model, tokenizer, prompt, text)
+    return float(losses.mean()) if len(losses) else None
 
 
 def judged(texts: list[str], prompts: list[str], model, tokenizer, passages: Path) -> dict:
@@ -81,21 +86,23 @@ def main() -> None:
     missing = [path for path in [*sets.values(), args.passages] if not Path(path).is_file()]
     if missing:
         parser.error(f"no such file: {missing[0]}")
-    tokenizer = load_mini_tokenizer()
-    model = AutoModelForCausalLM.from_pretrained(str(packaged_folder("mini-ar")), dtype=torch.float32).eval()
     examples = Mixture(args.passages).heldout("prose", args.per_task, 0)
     prompts = [e.prompt for e in examples]
+    stored = {}
+    for name, path in sets.items():
+        answers = [a for a in json.loads(Path(path).read_text())["answers"]["diffusion"] if a["task"] == "prose"]
+        if [a["prompt"] for a in answers] != prompts:
+            parser.error(f"{path}: its prose prompts are not the {args.per_task} held-out ones in order")
+        stored[name] = [a["text"] for a in answers]
+    tokenizer = load_mini_tokenizer()
+    model = AutoModelForCausalLM.from_pretrained(str(packaged_folder("mini-ar")), dtype=torch.float32).eval()
     texts = {"references": [e.answer for e in examples]}
     for name, temperature in (("sibling greedy", None), ("sibling sampled T=0.8", 0.8)):
         torch.manual_seed(0)
         answers = answer_causal(model, tokenizer, examples, max_new_tokens=256, batch_size=len(examples),
                                 temperature=temperature)
         texts[name] = [a["text"] for a in answers]
-    for name, path in sets.items():
-        answers = [a for a in json.loads(Path(path).read_text())["answers"]["diffusion"] if a["task"] == "prose"]
-        if [a["prompt"] for a in answers] != prompts:
-            raise SystemExit(f"{path}: its prose prompts are not the {args.per_task} held-out ones in order")
-        texts[name] = [a["text"] for a in answers]
+    texts.update(stored)
     report = {"per_task": args.per_task, "frequent_words": sorted(frequent_words(str(args.passages))), "sets": {}}
     for name, answers in texts.items():
         report["sets"][name] = judged(answers, prompts, model, tokenizer, args.passages)

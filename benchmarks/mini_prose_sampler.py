@@ -13,7 +13,8 @@ import argparse
 from pathlib import Path
 
 from canvaslab.environment import environment_fingerprint
-from canvaslab.generation.runner import GENERATION_KEYS
+from canvaslab.errors import CanvaslabError
+from canvaslab.generation.runner import resolve_generation
 from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
 from canvaslab.training.evaluate import answer_diffusion, summarize
@@ -33,9 +34,10 @@ def main() -> None:
                    for k, v in (item.split("=", 1) for item in args.setting.split(",") if item)}
     except ValueError:
         parser.error(f"--setting {args.setting!r} is not KEY=NUMBER[,KEY=NUMBER...]")
-    unknown = sorted(set(setting) - set(GENERATION_KEYS))
-    if unknown:
-        parser.error(f"unknown generation setting(s): {', '.join(unknown)} (known: {', '.join(GENERATION_KEYS)})")
+    try:
+        resolve_generation({}, setting)  # generate's own check of the keys, before the model loads
+    except CanvaslabError as error:
+        parser.error(str(error))
     loaded = load_model(args.model, dtype="float32", device="cpu")
     examples = Mixture(args.passages).heldout("prose", args.per_task, 0)
     answers = answer_diffusion(loaded, examples, seed=0, generation=setting)
