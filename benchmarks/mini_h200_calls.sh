@@ -28,7 +28,8 @@
 # trained, the shipped one serves; none: no sibling, no order study), RESUME_FROM (a folder of the
 # resume-KIND/ folders an earlier call packed, for a cold machine), SUM_FORMAT (the training
 # default; run 5: padded), MIXTURE (overrides of the tasks' shares, e.g. add3=0.27,fact=0.10; run 7), TOKENIZER
-# (a tokenizer folder from `canvaslab mini tokenizer` instead of the shipped one; run 8), EVAL_TASKS (the tasks
+# (a tokenizer folder from `canvaslab mini tokenizer` instead of the shipped one; run 8), PROSE_ANSWERS (a teacher's
+# prose answers, `canvaslab mini distill`, that both models train on instead of the passages' own), EVAL_TASKS (the tasks
 # evaluated on the GPU after training, default add2,add3,word,fact,json,prose), STUDIES=0 (train,
 # evaluate and ship, no studies: the call ends when the models are done), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
 # Shipping copies the trained weights into the package's assets (the studies load `--model mini`), a dry run's tiny
@@ -64,6 +65,10 @@ if [ -n "${TOKENIZER:-}" ] && [ ! -f "$TOKENIZER/tokenizer.json" ]; then
   echo "TOKENIZER '$TOKENIZER' holds no tokenizer.json (make one with canvaslab mini tokenizer)" >&2
   exit 2
 fi
+if [ -n "${PROSE_ANSWERS:-}" ] && [ ! -f "$PROSE_ANSWERS" ]; then
+  echo "PROSE_ANSWERS '$PROSE_ANSWERS' is no file (write one with canvaslab mini distill)" >&2
+  exit 2
+fi
 if [ "$SIBLING" = keep ] && ! python -c 'import sys; from canvaslab.models.mini import packaged_folder as f
 sys.exit(not any(f("mini-ar").glob("model*.safetensors")))' 2>/dev/null; then
   echo "SIBLING=keep needs the shipped mini-ar's weights in the package, and there are none" >&2
@@ -96,7 +101,8 @@ train() {  # train KIND OUT_FOLDER EVAL_MODEL EXTRA...
       --lr "${LR:-7e-4}" --examples "${EXAMPLES:-600000}" --steps "${STEPS:-20000}" --device "$device" \
       --compile "${COMPILE:-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny \
       --portable-dir "$state/portable" \
-      ${SUM_FORMAT:+--sum-format "$SUM_FORMAT"} ${MIXTURE:+--mixture "$MIXTURE"} ${TOKENIZER:+--tokenizer "$TOKENIZER"} "$@"
+      ${SUM_FORMAT:+--sum-format "$SUM_FORMAT"} ${MIXTURE:+--mixture "$MIXTURE"} ${TOKENIZER:+--tokenizer "$TOKENIZER"} \
+      ${PROSE_ANSWERS:+--prose-answers "$PROSE_ANSWERS"} "$@"
 }
 if [ ! -f "$state/d/training.json" ]; then
   train diffusion "$state/d" diffusion --time-budget "$budget" --steps-file "$state/steps.txt" \

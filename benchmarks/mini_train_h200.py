@@ -22,12 +22,14 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
+from canvaslab.errors import CanvaslabError
 from canvaslab.training.card import write_card
 from canvaslab.training.loop import TrainSettings, TrainingPaused
 from canvaslab.training.objective import SELF_CONDITIONING_CANVASES
 from canvaslab.training.run import RunSpec, evaluate_models, train_models
 from canvaslab.training.tasks import AnswerStyle, parse_shares
 from canvaslab.training.tasks.arithmetic import SUM_FORMATS
+from canvaslab.training.tasks.prose import checked_answers_file
 
 
 TINY = {"text_overrides": (("hidden_size", 32), ("intermediate_size", 64), ("num_hidden_layers", 2),
@@ -97,6 +99,7 @@ def main() -> None:
     parser.add_argument("--self-conditioning-canvas", default="nested", choices=SELF_CONDITIONING_CANVASES,
                         help="NoiseSchedule.self_conditioning_canvas: the first pass on a noisier copy or the same canvas")
     parser.add_argument("--tokenizer", type=Path, help="a tokenizer folder instead of the shipped one")
+    parser.add_argument("--prose-answers", type=Path, help="a teacher's prose answers (`canvaslab mini distill`)")
     parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -115,9 +118,14 @@ def main() -> None:
     if args.self_conditioning_canvas != "nested":
         settings = replace(settings, schedule=replace(settings.schedule,
                                                       self_conditioning_canvas=args.self_conditioning_canvas))
+    try:
+        prose_answers = checked_answers_file(args.prose_answers, args.passages)
+    except CanvaslabError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2)
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
                    kinds=tuple(args.kinds.split(",")), compile_parts=args.compile,
-                   answers=AnswerStyle(args.sum_format), shares=tuple(parse_shares(args.mixture).items()),
+                   answers=AnswerStyle(args.sum_format, prose_answers), shares=tuple(parse_shares(args.mixture).items()),
                    checkpoint_dir=args.checkpoint_dir, portable_dir=args.portable_dir, tokenizer=args.tokenizer,
                    stop_at=None if args.stop_after is None else time.monotonic() + args.stop_after, **(TINY if args.tiny else {}))
     try:

@@ -54,3 +54,29 @@ def test_train_refuses_a_bad_mixture_in_one_line_before_any_work(tmp_path):
         result = _run("mini", "train", "--out", str(tmp_path / "new"), "--device", "cpu", "--mixture", mixture)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, mixture
         assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "new").exists()
+
+
+def test_distill_refuses_bad_input_in_one_line_before_any_work(tmp_path):
+    passages = tmp_path / "p.txt"
+    passages.write_text("One sentence here. And a second one.\n")
+    (tmp_path / "done.json").write_text("{}")
+    for args, message in ((["--passages", str(tmp_path / "none.txt"), "--out", str(tmp_path / "a.json")], "no such file"),
+                          (["--passages", str(passages), "--out", str(tmp_path / "done.json")], "exists"),
+                          (["--passages", str(passages), "--out", str(tmp_path / "a.json"), "--teacher", str(tmp_path)],
+                           "no config.json")):
+        result = _run("mini", "distill", *args)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, args
+        assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "a.json").exists()
+
+
+def test_train_refuses_prose_answers_it_cannot_use_in_one_line(tmp_path):
+    passages = tmp_path / "p.txt"
+    passages.write_text("One sentence here. And a second one.\n")
+    (tmp_path / "other.json").write_text('{"format": "canvaslab-prose-answers/1", "passages_sha256": "0", "answers": {}}')
+    for args, message in ((["--prose-answers", str(tmp_path / "none.json"), "--passages", str(passages)], "no such file"),
+                          (["--prose-answers", str(tmp_path / "other.json")], "needs --passages"),
+                          (["--prose-answers", str(tmp_path / "other.json"), "--passages", str(passages)],
+                           "other passages")):
+        result = _run("mini", "train", "--out", str(tmp_path / "new"), "--device", "cpu", *args)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, args
+        assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "new").exists()

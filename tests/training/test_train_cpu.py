@@ -466,3 +466,18 @@ def test_the_card_shows_every_prose_measure_and_the_references_frequent_word_sha
     assert "| prose (english_bigram_share) | 5 | 0.840 | - | 48 |" in card
     assert "| prose (frequent_word_share) | 5 | 0.560 | - | 48 |" in card
     assert "the held-out references' is 0.320" in card
+
+
+def test_the_card_says_when_the_prose_answers_were_a_teachers(tmp_path):
+    history = [{"step": 0, "loss": 8.3, "tokens": 100}, {"step": 1, "loss": 7.1, "tokens": 200}]
+    training = {"settings": {"batch_size": 4, "learning_rate": 7e-4, "warmup_steps": 1, "seed": 0},
+                "pool_examples": 8, "pool_tokens": 300, "mixture_counts": {"prose": 8}, "environment": {"device": "cpu"},
+                "diffusion": {"parameters": 10, "history": history, "steps": 2, "train_seconds": 1.0},
+                "prose_answers": {"sha256": "ab" * 32, "teacher": "mini-ar", "decoding": "greedy", "passages": 32000,
+                                  "kept_own": 0}}
+    (tmp_path / "training.json").write_text(json.dumps(training))
+    card = write_card(tmp_path).read_text()
+    assert "- prose answers: mini-ar's greedy continuations of 32,000 training passages" in card
+    del training["prose_answers"]
+    (tmp_path / "training.json").write_text(json.dumps(training))
+    assert "prose answers" not in write_card(tmp_path).read_text()

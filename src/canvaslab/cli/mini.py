@@ -1,6 +1,6 @@
 """``canvaslab mini train`` (train `mini` and its AR sibling), ``canvaslab mini passages`` (cut the
-assets corpus into the prose passages the training mixture uses) and ``canvaslab mini card`` (a run's model
-card, again, from its files)."""
+assets corpus into the prose passages the training mixture uses), ``canvaslab mini distill`` (a teacher's prose
+answers for training) and ``canvaslab mini card`` (a run's model card, again, from its files)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,42 @@ def passages(
     typer.echo(f"wrote {count:,} passages to {out}")
 
 
+def _check_passages(passages_file: Optional[Path]) -> None:
+    if passages_file is not None and not passages_file.is_file():
+        raise CanvaslabError(f"--passages {passages_file}: no such file (make one with `canvaslab mini passages`)")
+
+
+@mini_app.command("distill")
+def distill(
+    passages_file: Path = typer.Option(..., "--passages", help="prose passages (`canvaslab mini passages`)"),
+    out: Path = typer.Option(..., "--out", help="prose answers file to write (JSON), for `mini train --prose-answers`"),
+    teacher: str = typer.Option("mini-ar", "--teacher", help="the autoregressive teacher: `mini-ar` (the shipped "
+                                "sibling) or a checkpoint folder"),
+    device: str = typer.Option("cpu", "--device", help="cpu (float32) or cuda (bf16)"),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, max=65536, help="prompts per generate call"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, max=1024, help="longest continuation, tokens"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="only the first N training passages (a trial)"),
+) -> None:
+    """Have a teacher continue every training passage (greedy); `mini train --prose-answers` then trains on those
+    continuations instead of the passages' own (sequence-level distillation). Held-out passages are left out."""
+    from canvaslab.models.loading import resolve_device
+    from canvaslab.models.mini import PACKAGED_BASELINES, packaged_folder
+    from canvaslab.training.distill import distill_prose
+    from canvaslab.training.run import load_tokenizer
+
+    _check_passages(passages_file)
+    folder = packaged_folder(teacher) if teacher in PACKAGED_BASELINES.values() else Path(teacher)
+    if not (folder / "config.json").is_file():
+        raise CanvaslabError(f"--teacher {teacher}: neither `mini-ar` nor a checkpoint folder (no config.json there)")
+    if out.exists():
+        raise CanvaslabError(f"--out {out} exists: choose a new file (a finished file is never overwritten)")
+    resolve_device(device)
+    tokenizer = load_tokenizer(folder if (folder / "tokenizer.json").is_file() else None)
+    distill_prose(passages_file, folder, tokenizer, out, teacher_name=teacher, device=device, batch_size=batch_size,
+                  max_new_tokens=max_new_tokens, limit=limit, log=typer.echo)
+    typer.echo(f"wrote {out}")
+
+
 @mini_app.command("tokenizer")
 def tokenizer(
     passages_file: Optional[Path] = typer.Option(None, "--passages", help="prose passages (`canvaslab mini passages`)"),
@@ -45,8 +81,7 @@ def tokenizer(
 
     vocab_size = VOCAB_SIZE if vocab_size is None else vocab_size
     tail_unused = TAIL_UNUSED if tail_unused is None else tail_unused
-    if passages_file is not None and not passages_file.is_file():
-        raise CanvaslabError(f"--passages {passages_file}: no such file (make one with `canvaslab mini passages`)")
+    _check_passages(passages_file)
     if tail_unused < 1 or vocab_size < MIN_VOCAB_SIZE + tail_unused:
         raise CanvaslabError(f"--vocab-size {vocab_size} --tail-unused {tail_unused}: the BPE needs at least "
                              f"{MIN_VOCAB_SIZE} ids besides the tail, and the tail at least 1")
@@ -77,6 +112,8 @@ def train(
                                                  "tokenizer`) instead of the shipped one; the vocabulary is its size"),
     logit_adjustment: bool = typer.Option(False, "--logit-adjustment", help="the loss reads the logits plus the log "
                                           "of its weights, which then no longer bias the predictions (docs/mini-model.md)"),
+    prose_answers: Optional[Path] = typer.Option(None, "--prose-answers", help="train both models on a teacher's prose "
+                                                 "answers (`canvaslab mini distill`) instead of the passages' own"),
 ) -> None:
     """Train `mini` and its autoregressive sibling on the same examples, then evaluate both on held-out prompts.
 
@@ -85,16 +122,16 @@ def train(
     from canvaslab.training.card import write_card
     from canvaslab.training.loop import TrainSettings
     from canvaslab.training.run import RunSpec, evaluate_models, train_models
+    from canvaslab.training.tasks.prose import checked_answers_file
 
-    if passages_file is not None and not passages_file.is_file():
-        raise CanvaslabError(f"--passages {passages_file}: no such file (make one with `canvaslab mini passages`)")
+    _check_passages(passages_file)
     if out.exists() and any(out.iterdir()):
         raise CanvaslabError(f"--out {out} is not empty: choose a new folder (a finished run is never overwritten)")
     if tokenizer_dir is not None and not (tokenizer_dir / "tokenizer.json").is_file():
         raise CanvaslabError(f"--tokenizer {tokenizer_dir}: no tokenizer.json there (make one with `canvaslab mini tokenizer`)")
     if compile_parts not in ("", "layers", "leaves"):
         raise CanvaslabError(f"--compile {compile_parts!r}: choose 'layers' or 'leaves'")
-    answers = AnswerStyle(sum_format)
+    answers = AnswerStyle(sum_format, checked_answers_file(prose_answers, passages_file))
     shares = tuple(parse_shares(mixture).items())
     resolve_device(device)
     settings = TrainSettings(steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed,

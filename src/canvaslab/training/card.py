@@ -130,6 +130,11 @@ def write_card(run_dir: Path, sibling: Path | None = None) -> Path:
         # training.json of runs 1-4 predates the answer style: they wrote sums plainly
         f"- answers: {training.get('answers', {'sum_format': 'plain'})} (tasks.AnswerStyle)",
     ]
+    if "prose_answers" in training:  # canvaslab.training.distill
+        taught = training["prose_answers"]
+        lines.append(f"- prose answers: {taught['teacher']}'s {taught['decoding']} continuations of "
+                     f"{taught['passages']:,} training passages (sequence-level distillation; file sha256 "
+                     f"{taught['sha256'][:12]}...), not the passages' own")
     if "autoregressive" not in models:
         lines.append("- autoregressive sibling: not trained in this run")
     for name in models:

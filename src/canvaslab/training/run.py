@@ -22,7 +22,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (Diff
 
 from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import write_json_atomic
+from canvaslab.io import read_json, write_json_atomic
 from canvaslab.models.mini import MINI_EOS_IDS, ar_sibling_config, load_mini_tokenizer, mini_config
 from canvaslab.training.batches import Pool, generate_texts
 from canvaslab.training.loop import TrainSettings, compile_parts, train
@@ -86,12 +86,23 @@ def load_tokenizer(folder: Path | None):
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
+def prose_answers_record(path: Path) -> dict:
+    """What a run's card says of its distilled prose answers: where they came from, and the file's hash."""
+    data = read_json(path)
+    return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            **{key: data.get(key) for key in ("teacher", "decoding", "passages", "kept_own")}}
+
+
 def _example_pool(spec: RunSpec, tokenizer) -> Pool:
     """The run's examples; a resumable run (``checkpoint_dir``) keeps them beside its checkpoints, named by
     what they are made from, so a later call (or the sibling's process) loads them instead of generating."""
     count = spec.examples or spec.settings.steps * spec.settings.batch_size
+    # (prose answers only when given: the pools of runs without them keep their names)
+    answers = {key: value for key, value in asdict(spec.answers).items() if key != "prose_answers"}
+    if spec.answers.prose_answers is not None:
+        answers["prose_answers"] = hashlib.sha256(Path(spec.answers.prose_answers).read_bytes()).hexdigest()
     made_from = {"count": count, "seed": spec.settings.seed, "max_answer_tokens": 2 * spec.canvas_length,
-                 "vocabulary": len(tokenizer), "answers": asdict(spec.answers),
+                 "vocabulary": len(tokenizer), "answers": answers,
                  "passages": hashlib.sha256(spec.passages.read_bytes()).hexdigest() if spec.passages else None}
     if spec.tokenizer is not None:  # (only then: the pools of runs on the shipped tokenizer keep their names)
         made_from["tokenizer"] = hashlib.sha256((spec.tokenizer / "tokenizer.json").read_bytes()).hexdigest()
@@ -126,6 +137,8 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
               "settings": spec.settings.as_dict(),
               "answers": asdict(spec.answers), "mixture_shares": mixture_shares(dict(spec.shares)),
               "mixture_counts": {t: pool.tasks.count(t) for t in sorted(set(pool.tasks))}}
+    if spec.answers.prose_answers is not None:
+        report["prose_answers"] = prose_answers_record(Path(spec.answers.prose_answers))
     settings = spec.settings
     for kind in spec.kinds:
         torch.manual_seed(spec.settings.seed)

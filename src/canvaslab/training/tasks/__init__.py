@@ -7,6 +7,7 @@ function of the seed and, for prose, of the passage file.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -66,6 +67,9 @@ class AnswerStyle:
     # arithmetic.SUM_FORMATS. The default is the shipped `mini`'s: "padded" (every digit of a sum at a fixed
     # place) was run 5's, which did not add better (docs/mini-model.md, "Run 5")
     sum_format: str = "plain"
+    # a prose answers file (`canvaslab mini distill`): training prose answers as a teacher model wrote them
+    # (sequence-level distillation); None: the passages' own continuations
+    prose_answers: str | None = None
 
     def __post_init__(self) -> None:
         if self.sum_format not in arithmetic.SUM_FORMATS:
@@ -93,7 +97,11 @@ class Mixture:
         }
         if passages is not None:
             texts = prose.load_passages(str(passages))
-            self.makers["prose"] = lambda rng: prose.continuation(rng, texts)
+            answers = None if style.prose_answers is None else prose.load_answers(
+                style.prose_answers, hashlib.sha256(Path(passages).read_bytes()).hexdigest())
+            self.makers["prose"] = lambda rng: prose.continuation(rng, texts, answers)
+        elif style.prose_answers is not None:
+            raise CanvaslabError("prose answers need the passages they were written for")
         # without overrides the shares are MIXTURE's own numbers, so earlier runs' pools are drawn bit for bit
         every_share = mixture_shares(shares) if shares else MIXTURE
         self.tasks = [task for task in MIXTURE if task in self.makers and every_share[task] > 0]
