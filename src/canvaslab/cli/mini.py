@@ -48,7 +48,8 @@ def distill(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="only the first N training passages (a trial)"),
 ) -> None:
     """Have a teacher continue every training passage (greedy); `mini train --prose-answers` then trains on those
-    continuations instead of the passages' own (sequence-level distillation). Held-out passages are left out."""
+    continuations instead of the passages' own (sequence-level distillation). Held-out passages are left out.
+    The default passage file's 32,171 training passages took 30 minutes on two CPU cores."""
     from canvaslab.models.loading import resolve_device
     from canvaslab.models.mini import PACKAGED_BASELINES, packaged_folder
     from canvaslab.training.distill import distill_prose
