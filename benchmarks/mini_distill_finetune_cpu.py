@@ -9,7 +9,7 @@ prose prompts through generate with the model's defaults, stored as the quality 
 ``mini_prose_judge.py`` reads them.
 
     python benchmarks/mini_distill_finetune_cpu.py --passages prose.txt [--prose-answers answers.json]
-        [--steps 300] [--batch-size 32] [--lr 2e-4] [--per-task 100] --out FILE.json
+        [--steps 300] [--batch-size 32] [--lr 2e-4] [--per-task 100] [--seed 0] --out FILE.json
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--per-task", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0, help="the pool's draws and the training's noise (not the prompts scored)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.steps < 1 or args.batch_size < 1 or not args.lr > 0 or args.per_task < 1:
@@ -53,9 +54,9 @@ def main() -> None:
     except CanvaslabError as error:
         parser.error(str(error))
     loaded = load_model("mini", dtype="float32", device="cpu")
-    rows = generate_texts(args.passages, args.steps * args.batch_size, 0, style=style, shares=PROSE_ONLY)
+    rows = generate_texts(args.passages, args.steps * args.batch_size, args.seed, style=style, shares=PROSE_ONLY)
     pool = Pool.build(loaded.tokenizer, rows, max_answer_tokens=256)
-    settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
+    settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr, seed=args.seed,
                              warmup_steps=max(1, args.steps // 15), log_every=10)
     started = time.perf_counter()
     history = train(loaded.model, pool, settings, "diffusion", canvas_length=loaded.model.config.canvas_length,
