@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 
 from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError

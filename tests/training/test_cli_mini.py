@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "canvaslab.cli.main", *args], capture_output=True, text=True)
+
+
+def _assert_refused_in_one_line(result: subprocess.CompletedProcess, message: str, unwritten: Path) -> None:
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.args
+    assert len(result.stderr.strip().splitlines()) == 1 and not unwritten.exists()
 
 
 def test_train_refuses_a_non_empty_out_and_a_missing_passage_file(tmp_path):
@@ -64,9 +70,7 @@ def test_distill_refuses_bad_input_in_one_line_before_any_work(tmp_path):
                           (["--passages", str(passages), "--out", str(tmp_path / "done.json")], "exists"),
                           (["--passages", str(passages), "--out", str(tmp_path / "a.json"), "--teacher", str(tmp_path)],
                            "no config.json")):
-        result = _run("mini", "distill", *args)
-        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, args
-        assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "a.json").exists()
+        _assert_refused_in_one_line(_run("mini", "distill", *args), message, tmp_path / "a.json")
 
 
 def test_train_refuses_prose_answers_it_cannot_use_in_one_line(tmp_path):
@@ -77,6 +81,5 @@ def test_train_refuses_prose_answers_it_cannot_use_in_one_line(tmp_path):
                           (["--prose-answers", str(tmp_path / "other.json")], "needs --passages"),
                           (["--prose-answers", str(tmp_path / "other.json"), "--passages", str(passages)],
                            "other passages")):
-        result = _run("mini", "train", "--out", str(tmp_path / "new"), "--device", "cpu", *args)
-        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, args
-        assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "new").exists()
+        _assert_refused_in_one_line(_run("mini", "train", "--out", str(tmp_path / "new"), "--device", "cpu", *args),
+                                    message, tmp_path / "new")
