@@ -9,6 +9,7 @@ from __future__ import annotations
 import platform
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -69,3 +70,63 @@ def environment_fingerprint(model=None, device: torch.device | None = None, **ex
         "torch_compile": _compiles(model),
         **extra,
     }
+
+
+MANIFEST_NAME = "result.json"
+
+
+def _git_commit(where: Path) -> dict[str, Any]:
+    """The commit of the checkout holding ``where`` and whether its tracked files differ from it."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"git_commit": commit, "git_dirty": bool(status) if status is not None else None}
+
+
+def _canvaslab_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("canvaslab")
+    except PackageNotFoundError:
+        from canvaslab import __version__
+
+        return __version__
+
+
+def record_result(path: str | Path, shows: str, *, command: list[str] | None = None,
+                  environment: dict[str, Any] | None = None) -> Path:
+    """Record in the manifest of ``path``'s folder (``result.json``) how the file or folder ``path`` was made.
+
+    One manifest per result folder: the command (``sys.argv`` unless given), canvaslab's version, the git
+    commit of the code (and whether the checkout had uncommitted changes), the date, the environment
+    fingerprint and what the result shows. A folder written by several commands lists each under ``runs``,
+    keyed by the file it made, so rerunning a command replaces its own entry and keeps the others.
+    """
+    import datetime
+    import shlex
+    import sys
+
+    from canvaslab.io import read_json, write_json_atomic
+
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    manifest_path = folder / MANIFEST_NAME
+    manifest = read_json(manifest_path) if manifest_path.is_file() else {"runs": []}
+    run = {
+        "file": "." if path == folder else path.name,
+        "command": shlex.join(command if command is not None else [Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "shows": shows,
+        "canvaslab_version": _canvaslab_version(),
+        **_git_commit(Path(__file__).resolve().parent),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "environment": environment if environment is not None else environment_fingerprint(),
+    }
+    manifest["runs"] = [kept for kept in manifest.get("runs", []) if kept.get("file") != run["file"]] + [run]
+    return write_json_atomic(manifest_path, manifest)

@@ -71,7 +71,8 @@ class RunSpec:
 MAX_SHARD_SIZE = "16MB"
 
 
-def _save(model, tokenizer, generation_config, folder: Path) -> None:
+def save_checkpoint(model, tokenizer, generation_config, folder: Path) -> None:
+    """A bf16 checkpoint in shards under MAX_SHARD_SIZE that `--model DIR` and `from_pretrained` load."""
     model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True, max_shard_size=MAX_SHARD_SIZE)
     tokenizer.save_pretrained(folder)
     generation_config.save_pretrained(folder)
@@ -164,7 +165,7 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
         name = "diffusion" if kind == "diffusion" else "autoregressive"
         generation = diffusion_generation_config() if kind == "diffusion" else GenerationConfig(
             eos_token_id=MINI_EOS_IDS, pad_token_id=0, bos_token_id=2, do_sample=False, max_new_tokens=256)
-        _save(model, tokenizer, generation, spec.out / name)
+        save_checkpoint(model, tokenizer, generation, spec.out / name)
         if on_saved is not None:
             on_saved(spec.out / name)
         report[name] = {"parameters": sum(p.numel() for p in model.parameters()), "history": history,
