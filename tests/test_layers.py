@@ -1,7 +1,7 @@
 """The package's layers point down: pyproject.toml's import-linter contract, checked on every test run.
 
 Parts, top to bottom: cli, reports, training, studies, analysis, capture, generation, invariant,
-models/assets/prompts, environment/io/errors. A module may import its own part and the parts below;
+models/assets/prompts, environment, io/errors. A module may import its own part and the parts below;
 import-linter also follows indirect chains, and ``exhaustive`` makes a new top-level part fail until it
 is placed in the list.
 """

@@ -89,15 +89,13 @@ def _git_commit(where: Path) -> dict[str, Any]:
     return {"git_commit": commit, "git_dirty": bool(status) if status is not None else None}
 
 
-def _canvaslab_version() -> str:
+def _canvaslab_version() -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("canvaslab")
-    except PackageNotFoundError:
-        from canvaslab import __version__
-
-        return __version__
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return None
 
 
 def record_result(path: str | Path, shows: str, *, command: list[str] | None = None,

@@ -1,5 +1,7 @@
-"""The shipped `mini` preset: trained weights in the package, loaded by transformers' own from_pretrained,
-with the checkpoint's sampler defaults; its AR sibling is what ``--baseline mini`` loads."""
+"""The `mini` model (distribution canvaslab-mini, found through the ``canvaslab.models`` entry points): trained
+weights loaded by transformers' own from_pretrained, with the checkpoint's sampler defaults; its AR sibling
+(canvaslab-mini-ar) is what ``--baseline mini`` loads. These tests need both packages installed (the README's
+test command installs them); without them they fail with the line that says how to install them."""
 
 from __future__ import annotations
 
@@ -9,15 +11,16 @@ from transformers import DiffusionGemmaForBlockDiffusion
 
 from canvaslab.generation import generate
 from canvaslab.models import load_model
-from canvaslab.models.mini import MINI_VOCAB, PACKAGED_BASELINES, PACKAGED_CHECKPOINTS, packaged_folder
+from canvaslab.models.mini import MINI_VOCAB
+from canvaslab.models.registry import baseline_of, model_folder
 from canvaslab.studies.commit_order.baseline import check_baseline_path, load_causal_lm
 from canvaslab.studies.commit_order.prompting import encode_prompt
 
-MAX_BYTES = 40_000_000  # issue 14: mini is at most 40 MB in the repository
+MAX_BYTES = 40_000_000  # mini is at most 40 MB in the repository
 
 
 def test_packaged_mini_is_a_transformers_checkpoint_under_40_mb():
-    folder = packaged_folder(PACKAGED_CHECKPOINTS["mini"])
+    folder = model_folder("mini")
     weights = sorted(folder.glob("model-*.safetensors"))
     assert weights and sum(path.stat().st_size for path in weights) <= MAX_BYTES
     assert all(path.stat().st_size < 16 * 2**20 for path in weights)
@@ -36,14 +39,14 @@ def test_mini_preset_loads_with_its_sampler_defaults_and_stops_early():
     output = generate(loaded, prompts, seed=0)
     # A trained model is confident early: the stopping rule fires well inside the 48-pass budget,
     # one canvas each (random weights run to the budget). The country is one of the knowledge base's: asked
-    # about one it never saw ("Valdoria"), run 4's `mini` is unsure for 28 passes, as it should be.
+    # about one it never saw ("Valdoria"), an earlier `mini` was unsure for 28 passes, as it should be.
     assert all(len(row.passes) == 1 and row.passes[0] < 24 for row in output.rows)
 
 
 def test_baseline_mini_is_the_shipped_sibling(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no folder named mini here
     path = check_baseline_path("mini")
-    assert path == packaged_folder(PACKAGED_BASELINES["mini"])
+    assert baseline_of("mini") == "mini-ar" and path == model_folder("mini-ar")
     model, tokenizer = load_causal_lm("mini")
     assert type(model).__name__ == "Gemma4ForCausalLM" and len(tokenizer) == MINI_VOCAB
     assert model.config.vocab_size == MINI_VOCAB
@@ -58,7 +61,7 @@ def test_a_folder_named_mini_is_still_a_folder(tmp_path, monkeypatch):
 
 def test_checkpoint_generation_defaults_come_from_its_generation_config():
     """Studies read the budget from ``generation_defaults``: a checkpoint's used to be empty (KeyError)."""
-    loaded = load_model(str(packaged_folder("mini")), dtype="float32")
+    loaded = load_model(str(model_folder("mini")), dtype="float32")
     assert loaded.generation_defaults["max_denoising_steps"] == 48
     assert loaded.generation_defaults["eos_token_id"] == [1, 106]
     assert loaded.model.dtype == torch.float32

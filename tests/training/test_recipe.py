@@ -13,7 +13,7 @@ from canvaslab.training import run as training_run
 from canvaslab.training.recipe import SHIPPED
 from canvaslab.training.tasks import mixture_shares, parse_shares
 
-SHIPPED_RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "mini_h200_run8" / "training.json"
+SHIPPED_RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "mini" / "training.json"
 
 
 def test_the_recipe_is_what_the_shipped_run_recorded():

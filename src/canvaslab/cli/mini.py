@@ -40,8 +40,8 @@ def _check_passages(passages_file: Optional[Path]) -> None:
 def distill(
     passages_file: Path = typer.Option(..., "--passages", help="prose passages (`canvaslab mini passages`)"),
     out: Path = typer.Option(..., "--out", help="prose answers file to write (JSON), for `mini train --prose-answers`"),
-    teacher: str = typer.Option("mini-ar", "--teacher", help="the autoregressive teacher: `mini-ar` (the shipped "
-                                "sibling) or a checkpoint folder"),
+    teacher: str = typer.Option("mini-ar", "--teacher", help="the autoregressive teacher: `mini-ar` (`mini`'s "
+                                "sibling, package canvaslab-mini-ar) or a checkpoint folder"),
     device: str = typer.Option("cpu", "--device", help="cpu (float32) or cuda (bf16)"),
     batch_size: int = typer.Option(64, "--batch-size", min=1, max=65536, help="prompts per generate call"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, max=1024, help="longest continuation, tokens"),
@@ -51,14 +51,18 @@ def distill(
     continuations instead of the passages' own (sequence-level distillation). Held-out passages are left out.
     The default passage file's 32,171 training passages took 30 minutes on two CPU cores."""
     from canvaslab.models.loading import resolve_device
-    from canvaslab.models.mini import PACKAGED_BASELINES, packaged_folder
+    from canvaslab.models.registry import find_model
     from canvaslab.training.distill import distill_prose
     from canvaslab.training.run import load_tokenizer
 
     _check_passages(passages_file)
-    folder = packaged_folder(teacher) if teacher in PACKAGED_BASELINES.values() else Path(teacher)
+    package = find_model(teacher)  # `mini-ar` not installed: the line that says how to install it
+    if package is not None and package.kind != "causal":
+        raise CanvaslabError(f"--teacher {teacher}: a {package.kind} model; the teacher is a causal LM (`mini-ar`)")
+    folder = package.folder if package is not None else Path(teacher)
     if not (folder / "config.json").is_file():
-        raise CanvaslabError(f"--teacher {teacher}: neither `mini-ar` nor a checkpoint folder (no config.json there)")
+        raise CanvaslabError(f"--teacher {teacher}: neither an installed causal model (`mini-ar`) nor a checkpoint "
+                             "folder (no config.json there)")
     if out.exists():
         raise CanvaslabError(f"--out {out} exists: choose a new file (a finished file is never overwritten)")
     resolve_device(device)
@@ -105,8 +109,8 @@ def train(
     compile_parts: str = typer.Option("", "--compile", help="put parts under torch.compile: 'leaves' (norms, MLPs, "
                                       "routers: ~1.3x on an H200 after ~1.5 min) or 'layers' (~2.3x after ~5.5 min)"),
     sum_format: str = typer.Option(AnswerStyle.sum_format, "--sum-format", help="how addition answers write sums: "
-                                   "'plain' (= 91, the shipped mini's), 'padded' (24 + 67 = 091: every digit at a fixed place, "
-                                   "run 5) or 'columns' (the school method, units first)"),
+                                   "'plain' (= 91, the shipped mini's), 'padded' (24 + 67 = 091: every digit at a fixed place) "
+                                   "or 'columns' (the school method, units first)"),
     mixture: str = typer.Option(SHIPPED.mixture, "--mixture", help="change some tasks' training shares (the rest keep "
                                 "tasks.MIXTURE's; all are then scaled to sum to 1); '' for tasks.MIXTURE's own"),
     tokenizer_dir: Optional[Path] = typer.Option(None, "--tokenizer", help="a tokenizer folder (`canvaslab mini "

@@ -28,6 +28,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 RNGS = ("row", "stock")
 MODES = ("stock", "rowwise", "invariant")
 FILLS = ("copies", "mixed")
+PRESET_NAMES = ("tiny", "real-shapes")  # canvaslab.models.PRESETS (held equal by a test)
 
 
 def option_name(param) -> str:
@@ -173,10 +174,23 @@ def readable_file(suffixes: Sequence[str] = ()) -> Callable:
     return check
 
 
+# ---- models ------------------------------------------------------------------------------------------
+
+def model(ctx, param, value):
+    """An installed model's name (``mini``) is checked here, from its package's entry point (no torch): one of
+    canvaslab's models that is not installed, or a broken package, is one line before anything loads."""
+    if value is not None and value not in PRESET_NAMES:
+        from canvaslab.models.registry import find_diffusion_model
+
+        find_diffusion_model(value)
+    return value
+
+
 # ---- the shared options ------------------------------------------------------------------------------
 
-Model = Annotated[str, typer.Option("--model", help="preset (tiny, real-shapes, mini), a local checkpoint directory, "
-                                                    "or a config.json (random weights)")]
+Model = Annotated[str, typer.Option("--model", help="preset (tiny, real-shapes), installed model (mini), a local "
+                                                    "checkpoint directory, or a config.json (random weights)",
+                                    callback=model)]
 Dtype = Annotated[str, typer.Option("--dtype", help=f"{', '.join(DTYPES)} (auto: the model's)",
                                     callback=one_of(DTYPES))]
 Device = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N or auto")]

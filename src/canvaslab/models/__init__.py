@@ -1,5 +1,6 @@
-"""Models: presets (random weights from a config), local checkpoints, their tokenizers, and the model's
-anatomy (``canvaslab.models.anatomy``).
+"""Models: presets (random weights from a config), trained models installed as packages
+(``canvaslab.models.registry``), local checkpoints, their tokenizers, and the model's anatomy
+(``canvaslab.models.anatomy``).
 
 The loaders are imported on first use, so ``canvaslab.models.anatomy``'s paths serve the report tables
 without importing torch and transformers.

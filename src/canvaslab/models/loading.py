@@ -1,8 +1,9 @@
 """Turn a ``--model`` argument into a ready model + tokenizer.
 
-``--model`` accepts (a) a preset name (random weights, or ``mini``: trained weights shipped in the
-package, loaded by transformers' own ``from_pretrained`` like any local checkpoint), (b) a local checkpoint directory (local files only, never the
-hub) or (c) a ``config.json`` path, which builds random weights from that config with ``--seed``.
+``--model`` accepts (a) a preset name (random weights), (b) the name of an installed model package (``mini``:
+trained weights, found through ``canvaslab.models.registry`` and loaded by transformers' own
+``from_pretrained`` like any local checkpoint), (c) a local checkpoint directory (local files only, never the
+hub) or (d) a ``config.json`` path, which builds random weights from that config with ``--seed``.
 Every problem a user can cause ends in a one-line ``CanvaslabError``.
 """
 
@@ -20,8 +21,8 @@ from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForB
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.models.mini import PACKAGED_CHECKPOINTS, packaged_folder
 from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset, first_layer_types
+from canvaslab.models.registry import find_diffusion_model, installed_models
 from canvaslab.models.tokenizer import build_synthetic_tokenizer
 from canvaslab.models.weights import folder_fingerprint
 
@@ -201,14 +202,16 @@ def load_model(
     torch_device = resolve_device(device)
     if spec in PRESETS:
         return _load_preset(PRESETS[spec], dtype, torch_device, layers, seed)
-    if spec in PACKAGED_CHECKPOINTS:
-        loaded = _load_checkpoint(packaged_folder(PACKAGED_CHECKPOINTS[spec]), dtype, torch_device, layers)
+    package = find_diffusion_model(spec)
+    if package is not None:
+        loaded = _load_checkpoint(package.folder, dtype, torch_device, layers)
         loaded.source = {**loaded.source, "kind": "preset", "name": spec}
         return loaded
     path = Path(spec).expanduser()
     if not path.exists():
-        names = ", ".join([*PRESETS, *PACKAGED_CHECKPOINTS])
-        raise CanvaslabError(f"model {spec!r} is neither a preset ({names}) nor an existing path")
+        installed = ", ".join(installed_models()) or "none"
+        raise CanvaslabError(f"model {spec!r} is neither a preset ({', '.join(PRESETS)}), an installed model "
+                             f"({installed}) nor an existing path")
     if path.is_file():
         return _load_config_file(path, dtype, torch_device, layers, seed)
     if not (path / "config.json").exists():

@@ -73,19 +73,14 @@ def ar_sibling_config(**text_overrides: Any) -> Gemma4TextConfig:
     )
 
 
-def packaged_folder(name: str) -> Path:
-    """A folder of ``canvaslab.models.assets``: ``mini`` (the trained DiffusionGemma and its tokenizer) or
-    ``mini-ar`` (its autoregressive sibling). Both are ordinary transformers checkpoints."""
-    return Path(str(resources.files("canvaslab.models.assets").joinpath(name)))
-
-
-# Trained checkpoints shipped in the package, by preset name: the folder of each.
-PACKAGED_CHECKPOINTS = {"mini": "mini"}
-PACKAGED_BASELINES = {"mini": "mini-ar"}
+def mini_tokenizer_folder() -> Path:
+    """The `mini` tokenizer's files (``tokenizer.json``, ``tokenizer_config.json``, ``chat_template.jinja``; no
+    weights): what ``canvaslab mini train`` trains on by default and the noise study's ``--tokenizer mini``.
+    The trained checkpoints (distributions ``canvaslab-mini`` and ``canvaslab-mini-ar``) hold the same files."""
+    return Path(str(resources.files("canvaslab.models.assets").joinpath("mini-tokenizer")))
 
 
 @lru_cache(maxsize=1)
 def load_mini_tokenizer():
-    """The `mini` BPE tokenizer shipped in the package (``canvaslab.models.assets/mini``)."""
-    folder = resources.files("canvaslab.models.assets").joinpath("mini")
-    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    """The `mini` BPE tokenizer that canvaslab ships (``mini_tokenizer_folder``)."""
+    return AutoTokenizer.from_pretrained(str(mini_tokenizer_folder()), local_files_only=True)

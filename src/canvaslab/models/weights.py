@@ -1,7 +1,7 @@
 """Which trained weights a ``--model`` names: an identity that study plans record.
 
 A study resumed in its folder must run the weights it started with. A name such as ``mini`` or a checkpoint
-path stays the same when the weights behind it are retrained (``mini`` in session 15, its sibling in 16),
+path stays the same when the weights behind it are retrained (a new version of the ``canvaslab-mini`` package),
 so plans record this fingerprint beside the name, and a resume with other weights is refused as another plan.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from canvaslab.models.mini import PACKAGED_CHECKPOINTS, packaged_folder
+from canvaslab.models.registry import find_model
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 SAMPLES_PER_FILE = 16
@@ -24,8 +24,9 @@ def checkpoint_folder(spec: str) -> Path | None:
 
     if spec in PRESETS:
         return None
-    if spec in PACKAGED_CHECKPOINTS:
-        return packaged_folder(PACKAGED_CHECKPOINTS[spec])
+    package = find_model(spec)  # an installed model's name (one of this repository's, not installed: one line)
+    if package is not None:
+        return package.folder
     path = Path(spec).expanduser()
     return path if path.is_dir() else None
 

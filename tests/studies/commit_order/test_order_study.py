@@ -218,9 +218,9 @@ def test_order_metrics_writes_nothing_when_the_baseline_cannot_load(tmp_path, ca
     main(["order-study", "--regimes", "factual", "--seeds", "1", "--prompts-per-regime", "1", "--steps", "2",
           "--max-new-tokens", "8", "--bootstrap", "10", "--out", str(study)])
     capsys.readouterr()
-    from canvaslab.models.mini import packaged_folder
+    from canvaslab.models.registry import model_folder
 
-    for extra, message in ((["--baseline", str(packaged_folder("mini"))], "cannot load a causal LM"),
+    for extra, message in ((["--baseline", str(model_folder("mini"))], "cannot load a causal LM"),
                            (["--suite", "mini"], "--suite sets how --baseline runs")):
         with pytest.raises(SystemExit) as exit_info:
             main(["order-metrics", str(study / TRACES_FILE), "--out", str(tmp_path / "measured"), *extra])

@@ -23,7 +23,7 @@ from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import read_json, write_json_atomic
 from canvaslab.models.loading import progress_bars_only_on_a_terminal, resolve_device, resolve_dtype
-from canvaslab.models.mini import PACKAGED_BASELINES, packaged_folder
+from canvaslab.models.registry import find_model, model_folder
 from canvaslab.models.weights import folder_fingerprint
 from canvaslab.studies.commit_order.probes import Probe, load_probe_suite, score
 from canvaslab.studies.commit_order.prompting import encode_prompt, uses_chat_template
@@ -34,10 +34,18 @@ BASELINE_FILE = "baseline.json"
 def check_baseline_path(path: str | Path) -> Path:
     """Fail early (before a long study) when ``path`` cannot be a local transformers checkpoint.
 
-    A packaged preset's name (``mini``), where no such folder exists, means its shipped AR sibling."""
+    Where no such folder exists, an installed model's name means that model if it is a causal LM, and the
+    baseline its package names if it is a diffusion model (``mini``: ``mini-ar``)."""
     path = Path(path).expanduser()
-    if str(path) in PACKAGED_BASELINES and not path.exists():
-        path = packaged_folder(PACKAGED_BASELINES[str(path)])
+    if not path.exists():
+        package = find_model(str(path))
+        if package is not None and package.kind == "causal":
+            path = package.folder
+        elif package is not None:
+            if package.baseline is None:
+                raise CanvaslabError(f"--baseline {path}: the package of model {package.name!r} "
+                                     f"({package.distribution}) names no baseline; give a checkpoint folder")
+            path = model_folder(package.baseline)
     if not path.is_dir():
         raise CanvaslabError(f"--baseline {path}: not a directory (give a local transformers checkpoint folder)")
     if not (path / "config.json").is_file():

@@ -20,7 +20,7 @@ TOKENIZER_PRESETS: dict[str, str] = {
     "tiny": "synthetic word-level tokenizer, vocab 512 (16 planted <unusedN>)",
     "real-shapes": "synthetic word-level tokenizer, vocab 262,144, <unusedN> in Gemma 4's id blocks",
     "gemma3": "Gemma 3's real tokenizer, from the local cache (`canvaslab assets tokenizer`)",
-    "mini": "the trained `mini` model's byte-level BPE, vocab 4,096, <unusedN> in Gemma-like id blocks",
+    "mini": "the trained `mini` model's byte-level BPE, vocab 16,384, <unusedN> in Gemma-like id blocks",
 }
 
 
