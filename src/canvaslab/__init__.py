@@ -14,7 +14,7 @@ The package is organised by the product's parts, each importing only the parts b
 
 from canvaslab.errors import CanvaslabError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["CanvaslabError", "__version__", "batch_invariant"]
 
