@@ -6,13 +6,13 @@ vocabulary-sized), the per-position entropy, the accepted set, and the final tok
 ``accept_canvas`` observer. Prompts are encoded in the batch (row 0 left-padded among longer prompts
 with ``--fill mixed``; copies of row 0 with ``--fill copies``).
 
-    python benchmarks/compiled_proof.py --model real-shapes --layers 6 --device cuda --path compiled \\
-        --fills copies,mixed --batch-sizes 1,2,3,4,5,6,7,8,32,64 --steps 4 --out proof_compiled.json
-
 ``--path compiled`` runs transformers' static-cache compiled path (canvaslab's backend, with the fused
-step's CUDA graphs on CUDA); ``--path graphs`` the dynamic-cache fused step with its CUDA graphs.
-``--mode stock --path graphs`` is a negative control (transformers' eager step); stock on ``compiled``
+step's CUDA graphs on CUDA); ``--path graphs`` the dynamic-cache fused step with its CUDA graphs (eager on a
+CPU). ``--mode stock --path graphs`` is a negative control (transformers' eager step); stock on ``compiled``
 cannot be observed (transformers compiles the sampler's ``accept_canvas`` with the observer inside).
+
+    python benchmarks/compiled_proof.py --model real-shapes --layers 6 --device cuda --path compiled \\
+        --fills copies,mixed --batch-sizes 1,2,3,4,5,6,7,8,32,64 --steps 4 --out OUT/proof_compiled.json
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from canvaslab.environment import environment_fingerprint
+from canvaslab.environment import environment_fingerprint, record_result
 from canvaslab.generation import generate
 from canvaslab.invariant import replaced_ops
 from canvaslab.io import write_json_atomic
@@ -124,17 +124,17 @@ def prove(loaded, *, mode: str, fills: list[str], sizes: list[int], steps: int, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--layers", type=int, default=None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny", help="preset, installed model, checkpoint directory or config.json")
+    parser.add_argument("--layers", type=int, default=None, help="keep the first N layers (presets)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--mode", default="invariant")
+    parser.add_argument("--mode", default="invariant", choices=("stock", "rowwise", "invariant"))
     parser.add_argument("--path", choices=("compiled", "graphs"), default="compiled")
-    parser.add_argument("--fills", default="copies,mixed")
-    parser.add_argument("--batch-sizes", default="1,2,3,8")
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--fills", default="copies,mixed", help="comma-separated: copies, mixed")
+    parser.add_argument("--batch-sizes", default="1,2,3,8", help="comma-separated")
+    parser.add_argument("--steps", type=int, default=4, help="denoising passes per call")
     parser.add_argument("--seconds", type=float, default=None, help="stop starting new batches after this long")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="JSON result file")
     args = parser.parse_args()
     loaded = load_model(args.model, device=args.device, layers=args.layers)
     use_path(loaded, args.path)
@@ -145,6 +145,9 @@ def main() -> None:
     result["environment"] = environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
                                                     replaced_ops={args.mode: replaced_ops(args.mode)})
     write_json_atomic(args.out, result)
+    record_result(args.out, shows="whether row 0's scaled logits, entropy and accepted set at every pass and its tokens "
+                  f"are byte-identical alone and in batches on the {args.path} path ({args.mode} mode)",
+                  environment=result["environment"])
     print(args.mode, args.path, result["summary"], flush=True)
 
 

@@ -1,4 +1,4 @@
-"""Issue 15, point 3: the measurements that decide the invariant kernels' settings on the H200, in one call.
+"""The measurements that decide the invariant kernels' settings on a GPU (chosen on an H200), in one call.
 
 1. ``shapes``: every matmul invariant mode runs at the real shapes (recorded from one 6-layer generate at B=1).
 2. ``sweep``: for each (K, N) and M = B x (rows at B=1), B = 1, 8, 32, 64: the production kernel against tile
@@ -14,10 +14,10 @@
 6. ``canvas_cublas``: lm_head and the self-conditioning product one canvas per cuBLAS call (a fixed shape, the
    canvas alone in it) against the batched Triton matmul, with each canvas's bits against the call on it alone.
 
-    python benchmarks/h200_kernel_sweep.py --out OUT_DIR [--budget SECONDS] [--tiny]
+    python benchmarks/h200_kernel_sweep.py --out OUT_DIR [--budget SECONDS] [--stages sweep,vocab,...] [--tiny]
 
-``--tiny`` runs every stage at toy sizes (a dry run on the CPU under TRITON_INTERPRET=1). Writes
-OUT_DIR/sweep.json and prints a short table per stage.
+``--tiny`` runs every stage at toy sizes (a dry run on the CPU under TRITON_INTERPRET=1; the cuBLAS stages
+need CUDA and say so). Writes OUT_DIR/sweep.json (after every stage) and prints a short table per stage.
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ import torch
 import triton
 import triton.language as tl
 
-from canvaslab.invariant.triton_kernels import _tile_position
+from canvaslab.environment import environment_fingerprint, record_result
+from canvaslab.invariant.triton_kernels import tile_position
 
 START = time.time()
+STAGES = ("sweep", "cublas_1k", "cublas_default", "cublas_canvas", "vocab", "grouped", "canvas_cublas")
 CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 DEVICE = "cuda" if CUDA else "cpu"
 
@@ -106,7 +108,7 @@ def _swept_kernel(a_ptr, b_ptr, out_ptr, M, N, K, k_per_split, s_am, s_ak, s_bk,
     """The production kernel's arithmetic (whole K slice in BK steps, fp32 accumulator) with a grouped
     tile order (GROUP_M row tiles share the L2 while every column tile passes)."""
     split = tl.program_id(1)
-    pid_m, pid_n = _tile_position(M, N, BM, BN, GROUP_M)  # the production tile order
+    pid_m, pid_n = tile_position(M, N, BM, BN, GROUP_M)  # the production tile order
     rm = (pid_m * BM + tl.arange(0, BM)).to(tl.int64)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -128,7 +130,7 @@ def _swept_kernel(a_ptr, b_ptr, out_ptr, M, N, K, k_per_split, s_am, s_ak, s_bk,
 def _tma_kernel(a_ptr, b_ptr, out_ptr, M, N, K, B_KN: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                 BK: tl.constexpr, GROUP_M: tl.constexpr):
     """The same product with tiles moved by the Hopper tensor-memory accelerator (tensor descriptors)."""
-    pid_m, pid_n = _tile_position(M, N, BM, BN, GROUP_M)
+    pid_m, pid_n = tile_position(M, N, BM, BN, GROUP_M)
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
     if B_KN:
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
@@ -299,7 +301,7 @@ def cublas_check(shapes: list[dict], batches: list[int], tiny: bool, workspace_1
             else "default", "sizes": sizes, "offsets": offsets, "shapes": result, "returncode": done.returncode}
 
 
-# --- 4. the vocabulary pass: the previous kernel (session 5), the current one, a copy -------------------
+# --- 4. the vocabulary pass: the previous kernel, the current one, a copy -------------------------------
 
 
 @triton.jit
@@ -423,7 +425,7 @@ def vocab(batches: list[int], vocab_size: int, length: int, deadline: float) -> 
 
 # --- 5. the experts' grouped kernel: tile configurations, at B x 256 tokens routed to 8 of 128 experts ----
 
-# (BM, BN, BK, warps, stages); the first was production until session 11, which chose 128x256x64x8x3
+# (BM, BN, BK, warps, stages); the first is the earlier production setting, the sweep chose 128x256x64x8x3
 GROUPED_CONFIGS = [(64, 128, 64, 4, 3), (64, 128, 64, 4, 4), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3),
                    (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (64, 256, 64, 4, 3), (64, 256, 64, 8, 3),
                    (128, 64, 64, 4, 3), (64, 64, 64, 4, 4), (128, 128, 32, 4, 4), (64, 128, 128, 4, 3)]
@@ -540,17 +542,23 @@ def canvas_cublas(batches: list[int], deadline: float, tiny: bool) -> list[dict]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="folder for sweep.json")
     parser.add_argument("--budget", type=float, default=200, help="seconds for all stages")
     parser.add_argument("--tiny", action="store_true", help="toy sizes: a dry run on the CPU")
-    parser.add_argument("--stages", default="sweep,cublas_1k,cublas_default,vocab")
+    parser.add_argument("--stages", default="sweep,cublas_1k,cublas_default,vocab",
+                        help="comma-separated, of: " + ",".join(STAGES))
     parser.add_argument("--shapes", type=Path, help="a sweep.json whose recorded shapes to use (no recording run)")
     args = parser.parse_args()
+    unknown = [name for name in args.stages.split(",") if name not in STAGES]
+    if unknown:
+        parser.error(f"--stages: unknown stage {unknown[0]!r} (stages: {', '.join(STAGES)})")
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = START + args.budget
+    environment = environment_fingerprint(device=torch.device(DEVICE), triton=triton.__version__,
+                                          triton_interpret=os.environ.get("TRITON_INTERPRET") == "1")
     result: dict = {"device": torch.cuda.get_device_name() if CUDA else "cpu", "torch": torch.__version__,
-                    "triton": triton.__version__}
+                    "triton": triton.__version__, "environment": environment}
 
     def save():
         (args.out / "sweep.json").write_text(json.dumps(result, indent=1))
@@ -585,6 +593,9 @@ def main() -> None:
             print(name, "failed:", error, flush=True)
         print(f"== {name} done in {time.time() - started:.0f} s", flush=True)
         save()
+    record_result(args.out / "sweep.json", shows="the invariant matmul's tile configurations, cuBLAS's row "
+                  "invariance, the vocabulary pass and the grouped experts kernel timed and checked bit for bit at the "
+                  f"recorded shapes (stages: {args.stages})", environment=environment)
 
 
 if __name__ == "__main__":

@@ -7,34 +7,45 @@
 # ending in a pause packs into PACK/resume-KIND/: copy those folders into a carried folder and name it in
 # RESUME_FROM (a resume that is not bit for bit: the card lists its steps). Stages:
 #   1. the diffusion model trains (compiled leaves, --time-budget fixes its steps and writes STATE/steps.txt),
-#      resumable, then is evaluated on the non-code tasks and shipped as the preset `mini`;
+#      resumable, then is evaluated on the non-code tasks (STATE/d/);
 #   2. the sibling trains on the same examples for the same steps, on the same GPU at the same time
-#      (or, with SIBLING=after, once the diffusion model is done), then is evaluated and shipped as `mini-ar`;
-#      SIBLING=keep trains none: the shipped `mini-ar` stays the sibling (the device time goes to the model),
-#      so its steps are no longer the model's: train it for them afterwards (issue 14 asks for the same budget),
-#      as session 16 did for run 6 (benchmarks/results/mini_h200_run6/sibling/sibling_call.sh); SIBLING=none
-#      trains none and uses none: no commit-order study (it compares with the sibling), for a call whose
-#      copied tree has no room for mini-ar's weights (one carrying RESUME_FROM);
-#   3. the default (2,304-condition) noise study on `mini` (NOISE_PROCS processes on one store) and the
-#      commit-order study (mini probe suite, sibling as baseline; code needs bubblewrap, which the GPU
+#      (or, with SIBLING=after, once the diffusion model is done), then is evaluated (STATE/a/);
+#      SIBLING=keep trains none: the installed `mini-ar` is the sibling (the device time goes to the model),
+#      so its steps are no longer the model's: train one for them afterwards; SIBLING=none trains none and
+#      uses none: no commit-order study (it compares with the sibling), for a call whose copied tree has no
+#      room for the sibling's weights (one carrying RESUME_FROM);
+#   3. the default (2,304-condition) noise study on the trained model (NOISE_PROCS processes on one store) and
+#      the commit-order study (mini probe suite, the sibling as baseline; code needs bubblewrap, which the GPU
 #      machine lacks) run in what time is left; both resume from their stores.
 # Before DEADLINE_S every stage stops (training at a checkpoint) and PACK receives the finished models'
-# weight shards and results.tgz (everything else but checkpoints, caches and the order study's raw records).
+# weight shards and results.tgz (everything else but checkpoints, caches and the order study's raw records;
+# STATE/result.json is its manifest). Shipping the models is a separate step: replace the checkpoint files of
+# models/canvaslab-mini/ and models/canvaslab-mini-ar/ with PACK/diffusion/ and PACK/autoregressive/ (one commit).
 #
 #   bash benchmarks/mini_h200_calls.sh STATE PASSAGES PACK DEADLINE_S [TIME_BUDGET_S] [TOKEN_COUNTS]
-# Environment: DEVICE (cuda), BATCH (512), EXAMPLES (600000), LR (7e-4), STEPS (most steps, 20000),
-# COMPILE (leaves), NOISE_PROCS (3), ORDER_ARGS (--seeds 5 --prompts-per-regime 20), SIBLING (beside: both
-# models train at once; after: the sibling starts when the diffusion model is done; keep: no sibling is
-# trained, the shipped one serves; none: no sibling, no order study), RESUME_FROM (a folder of the
-# resume-KIND/ folders an earlier call packed, for a cold machine), SUM_FORMAT (the training
-# default; run 5: padded), MIXTURE (overrides of the tasks' shares, e.g. add3=0.27,fact=0.10; run 7), TOKENIZER
-# (a tokenizer folder from `canvaslab mini tokenizer` instead of the shipped one; run 8), PROSE_ANSWERS (a teacher's
-# prose answers, `canvaslab mini distill`, that both models train on instead of the passages' own), EVAL_TASKS (the tasks
-# evaluated on the GPU after training, default add2,add3,word,fact,json,prose), STUDIES=0 (train,
-# evaluate and ship, no studies: the call ends when the models are done), TINY=1 with DEVICE=cpu STEPS=8 BATCH=4 EXAMPLES=200: a CPU dry run.
-# Shipping copies the trained weights into the package's assets (the studies load `--model mini`), a dry run's tiny
-# model too: run it from a copy of the tree, or `git checkout src/canvaslab/models/assets` afterwards.
+#
+# PASSAGES: `canvaslab mini passages`; TOKEN_COUNTS: benchmarks/mini_token_counts.py's token_counts.npy (the
+# noise study's rare-token control). Environment: DEVICE (cuda), BATCH (512), EXAMPLES (600000), LR (7e-4),
+# STEPS (most steps, 20000), COMPILE (leaves; empty: nothing compiled), NOISE_PROCS (3), ORDER_ARGS (--seeds 5
+# --prompts-per-regime 20), SIBLING (beside: both models train at once; after: the sibling starts when the
+# diffusion model is done; keep: no sibling is trained, the installed mini-ar serves; none: no sibling, no
+# order study), RESUME_FROM (a folder of the resume-KIND/ folders an earlier call packed, for a cold machine),
+# SUM_FORMAT (the training default), MIXTURE (overrides of the tasks' shares, e.g. add3=0.27,fact=0.10),
+# TOKENIZER (a tokenizer folder from `canvaslab mini tokenizer` instead of the shipped one), PROSE_ANSWERS (a
+# teacher's prose answers, `canvaslab mini distill`, that both models train on instead of the passages' own),
+# EVAL_TASKS (the tasks evaluated after training, default add2,add3,word,fact,json,prose), EVAL_PER_TASK
+# (held-out prompts per task, 100), STUDIES=0 (train and evaluate, no studies: the call ends when the models
+# are done). A CPU dry run: TINY=1 DEVICE=cpu STEPS=2 BATCH=4 EXAMPLES=16 COMPILE= EVAL_PER_TASK=1 STUDIES=0.
 set -u
+usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; }
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then usage; exit 0; fi
+if [ $# -lt 4 ]; then usage >&2; exit 2; fi
+invocation=()  # the manifest's command: the settings given, then the call
+for name in DEVICE BATCH EXAMPLES LR STEPS COMPILE NOISE_PROCS ORDER_ARGS SIBLING RESUME_FROM SUM_FORMAT MIXTURE \
+            TOKENIZER PROSE_ANSWERS EVAL_TASKS EVAL_PER_TASK STUDIES TINY; do
+  [ -n "${!name+set}" ] && invocation+=("$name=${!name}")
+done
+invocation+=(bash benchmarks/mini_h200_calls.sh "$@")
 state=$1 passages=$2 pack=$3 deadline=$4 budget=${5:-700} counts=${6:+--token-counts $6}
 here=$(cd "$(dirname "$0")" && pwd)
 start=$SECONDS
@@ -69,9 +80,9 @@ if [ -n "${PROSE_ANSWERS:-}" ] && [ ! -f "$PROSE_ANSWERS" ]; then
   echo "PROSE_ANSWERS '$PROSE_ANSWERS' is no file (write one with canvaslab mini distill)" >&2
   exit 2
 fi
-if [ "$SIBLING" = keep ] && ! python -c 'import sys; from canvaslab.models.mini import packaged_folder as f
-sys.exit(not any(f("mini-ar").glob("model*.safetensors")))' 2>/dev/null; then
-  echo "SIBLING=keep needs the shipped mini-ar's weights in the package, and there are none" >&2
+if [ "$SIBLING" = keep ] && ! python -c 'from canvaslab.models.registry import model_folder
+model_folder("mini-ar")' 2>/dev/null; then
+  echo "SIBLING=keep needs the installed mini-ar (pip install ./models/canvaslab-mini-ar), and it is not installed" >&2
   exit 2
 fi
 mkdir -p "$state/bin" "$state/ckpt" "$state/portable" "$pack"
@@ -87,8 +98,8 @@ export TORCHINDUCTOR_CACHE_DIR=$state/inductor
 printf '#!/bin/sh\nexec python -c "from canvaslab.cli.main import main; main()" "$@"\n' > "$state/bin/canvaslab"
 chmod +x "$state/bin/canvaslab"
 export PATH="$state/bin:$PATH"
-assets=$(python -c 'from canvaslab.models.mini import packaged_folder; print(packaged_folder("mini").parent)')
-ship() { rm -f "$assets/$2"/model*.safetensors* && cp "$1"/* "$assets/$2/"; }
+model=$state/d/diffusion  # the studies run on the trained checkpoints themselves
+if [ "$SIBLING" = keep ]; then sibling=mini-ar; else sibling=$state/a/autoregressive; fi
 stage_log() { echo "[$(( SECONDS - start )) s] $*" | tee -a "$state/calls.log"; }
 stage_log "call starts, deadline $deadline s"
 train() {  # train KIND OUT_FOLDER EVAL_MODEL EXTRA...
@@ -97,9 +108,10 @@ train() {  # train KIND OUT_FOLDER EVAL_MODEL EXTRA...
   # evaluation and packing fit in them
   local stop_after=$(( $(left) - 60 ))
   timeout "$(( $(left) - 30 ))" python "$here/mini_train_h200.py" --out "$out" --kinds "$kind" --eval-models "$model" \
-      --eval-tasks "${EVAL_TASKS:-add2,add3,word,fact,json,prose}" --passages "$passages" --batch-size "${BATCH:-512}" \
+      --eval-tasks "${EVAL_TASKS:-add2,add3,word,fact,json,prose}" --eval-per-task "${EVAL_PER_TASK:-100}" \
+      --passages "$passages" --batch-size "${BATCH:-512}" \
       --lr "${LR:-7e-4}" --examples "${EXAMPLES:-600000}" --steps "${STEPS:-20000}" --device "$device" \
-      --compile "${COMPILE:-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny \
+      --compile "${COMPILE-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny \
       --portable-dir "$state/portable" \
       ${SUM_FORMAT:+--sum-format "$SUM_FORMAT"} ${MIXTURE:+--mixture "$MIXTURE"} ${TOKENIZER:+--tokenizer "$TOKENIZER"} \
       ${PROSE_ANSWERS:+--prose-answers "$PROSE_ANSWERS"} "$@"
@@ -109,7 +121,7 @@ if [ ! -f "$state/d/training.json" ]; then
       >> "$state/train_diffusion.log" 2>&1 &
 fi
 train_sibling() {
-  [ "$SIBLING" = keep ] && shipped_mini_ar=1 && return
+  [ "$SIBLING" = keep ] && sibling_ready=1 && return
   [ "$SIBLING" = none ] && return
   if [ ! -f "$state/a/training.json" ] && [ -z "${sibling_started:-}" ]; then
     sibling_started=1 && stage_log "sibling trains"
@@ -120,17 +132,16 @@ train_sibling() {
 [ "$SIBLING" = beside ] && train_sibling
 studies() {
   [ -f "$state/d/training.json" ] && train_sibling
-  # shipped again in every call: the next call's copy of the working tree removes files it does not know
-  if [ -f "$state/d/training.json" ] && [ -z "${shipped_mini:-}" ]; then
-    ship "$state/d/diffusion" mini && shipped_mini=1 && stage_log "mini shipped"
+  if [ -f "$state/d/training.json" ] && [ -z "${model_ready:-}" ]; then
+    model_ready=1 && stage_log "model trained: $model"
   fi
-  if [ -f "$state/a/training.json" ] && [ -z "${shipped_mini_ar:-}" ]; then
-    ship "$state/a/autoregressive" mini-ar && shipped_mini_ar=1 && stage_log "mini-ar shipped"
+  if [ -f "$state/a/training.json" ] && [ -z "${sibling_ready:-}" ]; then
+    sibling_ready=1 && stage_log "sibling trained: $sibling"
   fi
   [ "${STUDIES:-1}" = 0 ] && noise_started=1 order_started=1 && return  # training and evaluation only
-  if [ -n "${shipped_mini:-}" ] && [ ! -f "$state/noise_study/plan.json" ]; then
+  if [ -n "${model_ready:-}" ] && [ ! -f "$state/noise_study/plan.json" ]; then
     # shellcheck disable=SC2086
-    canvaslab noise-study plan --model mini --out "$state/noise_study" $counts >> "$state/noise_study.log" 2>&1
+    canvaslab noise-study plan --model "$model" --out "$state/noise_study" $counts >> "$state/noise_study.log" 2>&1
   fi
   if [ -f "$state/noise_study/plan.json" ] && [ -z "${noise_started:-}" ]; then
     noise_started=1 && stage_log "noise study runs"
@@ -139,11 +150,11 @@ studies() {
           >> "$state/noise_study.log" 2>&1 &
     done
   fi
-  if [ -n "${shipped_mini:-}" ] && [ -n "${shipped_mini_ar:-}" ] && [ -z "${order_started:-}" ]; then
+  if [ -n "${model_ready:-}" ] && [ -n "${sibling_ready:-}" ] && [ -z "${order_started:-}" ]; then
     order_started=1 && stage_log "order study runs"
     # shellcheck disable=SC2086
-    timeout "$(( $(left) - 40 ))" canvaslab order-study --model mini --suite mini --device "$device" \
-        --regimes math,factual,json,open_ended --baseline mini --out "$state/order_study" ${ORDER_ARGS:---seeds 5 --prompts-per-regime 20} \
+    timeout "$(( $(left) - 40 ))" canvaslab order-study --model "$model" --suite mini --device "$device" \
+        --regimes math,factual,json,open_ended --baseline "$sibling" --out "$state/order_study" ${ORDER_ARGS:---seeds 5 --prompts-per-regime 20} \
         >> "$state/order_study.log" 2>&1 &
   fi
 }
@@ -170,6 +181,11 @@ print(*portable_files(pathlib.Path(sys.argv[1])), sep="\n")' "$state/portable/${
   fi
 done
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$state/gpu.txt" 2>&1
+python -c 'import sys
+from canvaslab.environment import record_result
+record_result(sys.argv[1], sys.argv[2], command=sys.argv[3:])' "$state" "mini and its sibling trained and evaluated \
+on held-out prompts (d/, a/: training.json, quality, model card), the noise study and the commit-order study on them, \
+as far as the deadline allowed (calls.log)" "${invocation[@]}" || stage_log "no manifest written"
 tar -czf "$pack/results.tgz" --exclude='model*.safetensors' --exclude='./ckpt' --exclude='./inductor' \
     --exclude='./bin' --exclude='./portable' --exclude='./order_study/store/records' -C "$state" .
 stage_log "packed"

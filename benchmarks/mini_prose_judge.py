@@ -14,7 +14,9 @@ script gives, per set of answers to the same held-out prose prompts:
   repetition measure.
 
 Each is read beside the held-out references (the passages' own continuations) and the sibling's answers,
-greedy and sampled at temperature 0.8 (the diffusion sampler's first-pass temperature).
+greedy and sampled at temperature 0.8 (the diffusion sampler's first-pass temperature). The answers are the
+prose answers of quality files (``benchmarks/mini_quality.py``, ``canvaslab mini train``) to the first
+``--per-task`` held-out prose prompts; the judge is the installed ``mini-ar`` unless ``--judge`` names another.
 
     python benchmarks/mini_prose_judge.py --passages prose.txt --answers NAME=quality.json [...] --out FILE.json
 """
@@ -30,12 +32,14 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from canvaslab.environment import environment_fingerprint
+from canvaslab.environment import environment_fingerprint, record_result
+from canvaslab.errors import CanvaslabError
 from canvaslab.io import write_json_atomic
-from canvaslab.models.mini import load_mini_tokenizer, packaged_folder
+from canvaslab.models.registry import find_model
 from canvaslab.training import chat
-from canvaslab.training.evaluate import (_words, answer_causal, english_bigram_fraction, english_fraction,
-                                         frequent_word_fraction, frequent_words)
+from canvaslab.training.evaluate import (answer_causal, english_bigram_fraction, english_fraction,
+                                         frequent_word_fraction, frequent_words, split_words)
+from canvaslab.training.run import load_tokenizer
 from canvaslab.training.tasks import Mixture
 
 
@@ -57,7 +61,7 @@ def sibling_nll(model, tokenizer, prompt: str, text: str) -> float | None:
 def judged(texts: list[str], prompts: list[str], model, tokenizer, passages: Path) -> dict:
     rows = []
     for prompt, text in zip(prompts, texts):
-        words = _words(text)
+        words = split_words(text)
         rows.append({
             "word_share": english_fraction(text, passages), "word_pairs": english_bigram_fraction(text, passages),
             "sibling_nll": sibling_nll(model, tokenizer, prompt, text),
@@ -73,12 +77,28 @@ def judged(texts: list[str], prompts: list[str], model, tokenizer, passages: Pat
     return {"summary": summary, "samples": texts[:3]}
 
 
+def judge_folder(judge: str) -> Path:
+    """The checkpoint folder of ``--judge``: an installed causal model (``mini-ar``) or a folder."""
+    package = find_model(judge)
+    if package is not None:
+        if package.kind != "causal":
+            raise CanvaslabError(f"--judge {judge}: a {package.kind} model; the judge is a causal LM (mini-ar)")
+        return package.folder
+    folder = Path(judge)
+    if not (folder / "config.json").is_file():
+        raise CanvaslabError(f"--judge {judge}: neither an installed causal model nor a checkpoint folder")
+    return folder
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--passages", type=Path, required=True)
-    parser.add_argument("--answers", action="append", default=[], help="NAME=quality JSON with prose answers")
-    parser.add_argument("--per-task", type=int, default=100)
-    parser.add_argument("--out", type=Path, required=True)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--passages", type=Path, required=True, help="the prose passages the answers were scored with")
+    parser.add_argument("--answers", action="append", default=[], help="NAME=quality JSON with prose answers "
+                        "(repeatable)")
+    parser.add_argument("--per-task", type=int, default=100, help="held-out prose prompts the answer files hold")
+    parser.add_argument("--judge", default="mini-ar", help="the causal judge: an installed model's name or a "
+                        "checkpoint folder (default mini-ar)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON result file")
     args = parser.parse_args()
     if any("=" not in item for item in args.answers):
         parser.error("each --answers is NAME=QUALITY.json")
@@ -94,8 +114,12 @@ def main() -> None:
         if [a["prompt"] for a in answers] != prompts:
             parser.error(f"{path}: its prose prompts are not the {args.per_task} held-out ones in order")
         stored[name] = [a["text"] for a in answers]
-    tokenizer = load_mini_tokenizer()
-    model = AutoModelForCausalLM.from_pretrained(str(packaged_folder("mini-ar")), dtype=torch.float32).eval()
+    try:
+        judge = judge_folder(args.judge)
+    except CanvaslabError as error:
+        parser.error(str(error))
+    tokenizer = load_tokenizer(judge)
+    model = AutoModelForCausalLM.from_pretrained(str(judge), dtype=torch.float32).eval()
     texts = {"references": [e.answer for e in examples]}
     for name, temperature in (("sibling greedy", None), ("sibling sampled T=0.8", 0.8)):
         torch.manual_seed(0)
@@ -107,8 +131,11 @@ def main() -> None:
     for name, answers in texts.items():
         report["sets"][name] = judged(answers, prompts, model, tokenizer, args.passages)
         print(name, report["sets"][name]["summary"], flush=True)
-    report["environment"] = environment_fingerprint(None, torch.device("cpu"), judge="mini-ar (packaged)")
+    report["environment"] = environment_fingerprint(None, torch.device("cpu"), judge=args.judge)
     write_json_atomic(args.out, report)
+    record_result(args.out, shows="stored prose answers judged beside the references and the sibling's: the "
+                  "judge's likelihood (nats per token), word and word-pair shares, frequent, repeated and distinct words",
+                  environment=report["environment"])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""Train `mini` and its autoregressive sibling on one GPU, evaluate both, pack the results.
+"""Train `mini` and its autoregressive sibling on one GPU, evaluate both on held-out prompts, pack the results.
+
+Writes DIR/diffusion/ and DIR/autoregressive/ (checkpoints), training.json (settings, loss history, timing,
+environment), the held-out quality file, MODEL_CARD.md and loss.png. ``--tiny`` trains a toy-sized model with
+short generations (one canvas, 2 passes): a CPU dry run of the whole script.
 
     python benchmarks/mini_train_h200.py --out DIR --passages prose.txt --steps N [--batch-size B]
         [--eval-per-task N] [--pack DIR] [--kinds diffusion|causal] [--steps-file F | --steps-from F]
@@ -22,7 +26,9 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
+from canvaslab.environment import record_result
 from canvaslab.errors import CanvaslabError
+from canvaslab.io import read_json
 from canvaslab.training.card import write_card
 from canvaslab.training.loop import TrainSettings, TrainingPaused
 from canvaslab.training.objective import SELF_CONDITIONING_CANVASES
@@ -35,6 +41,16 @@ from canvaslab.training.tasks.prose import checked_answers_file
 TINY = {"text_overrides": (("hidden_size", 32), ("intermediate_size", 64), ("num_hidden_layers", 2),
                            ("num_attention_heads", 2), ("head_dim", 16), ("global_head_dim", 16),
                            ("moe_intermediate_size", 16), ("num_experts", 4)), "canvas_length": 32}
+TINY_GENERATION = {"max_new_tokens": 32, "max_denoising_steps": 2}  # the toy model's evaluation: one short canvas
+
+
+def _short_generations(folder: Path) -> None:
+    """The toy model's checkpoint answers in one canvas of 2 passes (a dry run's evaluation takes seconds)."""
+    from transformers import GenerationConfig
+
+    config = GenerationConfig.from_pretrained(folder)
+    config.update(**TINY_GENERATION)
+    config.save_pretrained(folder)
 
 
 def _pack_weights(folder: Path, pack: Path | None) -> None:
@@ -66,16 +82,16 @@ def _wait_for_steps(path: Path, timeout_s: float = 300.0) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--passages", type=Path, required=True)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="the run's folder")
+    parser.add_argument("--passages", type=Path, required=True, help="prose passages (`canvaslab mini passages`)")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--time-budget", type=float, default=0.0, help="seconds for the diffusion model's training")
     parser.add_argument("--examples", type=int, default=0, help="pool size (0: steps x batch)")
-    parser.add_argument("--eval-per-task", type=int, default=100)
-    parser.add_argument("--pack", type=Path)
+    parser.add_argument("--eval-per-task", type=int, default=100, help="held-out prompts per task (0: no evaluation)")
+    parser.add_argument("--pack", type=Path, help="also copy weight shards and a tar of the rest here")
     parser.add_argument("--kinds", default="diffusion,causal", help="which models to train")
     parser.add_argument("--eval-models", default="diffusion,autoregressive")
     parser.add_argument("--eval-tasks", default="", help="comma-separated subset (default all; code needs the sandbox)")
@@ -100,7 +116,8 @@ def main() -> None:
                         help="NoiseSchedule.self_conditioning_canvas: the first pass on a noisier copy or the same canvas")
     parser.add_argument("--tokenizer", type=Path, help="a tokenizer folder instead of the shipped one")
     parser.add_argument("--prose-answers", type=Path, help="a teacher's prose answers (`canvaslab mini distill`)")
-    parser.add_argument("--tiny", action="store_true", help="a toy-sized model (a CPU dry run of a GPU script)")
+    parser.add_argument("--tiny", action="store_true", help="a toy-sized model with short generations (a CPU dry run "
+                        "of a GPU script)")
     args = parser.parse_args()
     started = time.perf_counter()
     if args.steps_from is not None:
@@ -135,6 +152,8 @@ def main() -> None:
         print(f"{paused} ({args.checkpoint_dir})", flush=True)
         return 0
     print(f"trained in {time.perf_counter() - started:.1f} s", flush=True)
+    if args.tiny and (args.out / "diffusion" / "generation_config.json").is_file():
+        _short_generations(args.out / "diffusion")
     if args.eval_per_task:
         try:
             evaluate_models(args.out, args.passages, args.eval_per_task, args.device, log=lambda m: print(m, flush=True),
@@ -147,6 +166,10 @@ def main() -> None:
     except Exception as error:  # e.g. matplotlib missing: the card can be written later from the JSON files
         print(f"no model card here: {error}", flush=True)
     print(f"total {time.perf_counter() - started:.1f} s", flush=True)
+    training = args.out / "training.json"
+    record_result(args.out, shows=f"{' and '.join(args.kinds.split(','))} trained: checkpoints, settings and loss "
+                  "history (training.json), held-out quality, model card",
+                  environment=read_json(training).get("environment") if training.is_file() else None)
     if args.pack:
         args.pack.mkdir(parents=True, exist_ok=True)
         subprocess.run(["tar", "-czf", str(args.pack / f"run-{args.out.name}.tgz"), "--exclude=model*.safetensors",

@@ -1,11 +1,11 @@
-"""The needle test (vLLM's check of batch invariance, issue 15 point 4): one prompt generated alone, then at a
-random row among B-1 long fillers (1,024-2,048 tokens each, every prompt encoded in the batch, so the
-needle is left-padded by up to ~2,000 tokens). The needle's tokens and, for every denoising pass, its
-accepted canvas, accepted mask and per-position entropy must equal the run alone byte for byte. Peak GPU
-memory of the batched run is recorded.
+"""The needle test of batch invariance: one prompt generated alone, then at a random row among B-1 long
+fillers (1,024-2,048 random tokens each by default, every prompt encoded in the batch, so the needle is
+left-padded by up to ~2,000 tokens). The needle's tokens and, for every denoising pass, its accepted canvas,
+accepted mask and per-position entropy must equal the run alone byte for byte (``identical``). Peak GPU
+memory of each batched run is recorded; a batch that runs out of memory is recorded as such.
 
     python benchmarks/needle.py --model real-shapes --layers 6 --device cuda --batch-sizes 64,128 \\
-        --mode invariant --out benchmarks/results/h200_needle_6l.json
+        --mode invariant --steps 4 --out OUT/needle_6l.json
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 
 # Before torch touches CUDA: at 30 layers and B=128 the batch needs ~114 GiB, but with fixed-size segments the
-# allocator had 28.8 GiB reserved and unusable (fragmentation) and ran out (session 11); growable segments reuse it.
+# allocator had 28.8 GiB reserved and unusable (fragmentation) and ran out; growable segments reuse it.
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 import torch  # noqa: E402
 
-from canvaslab.environment import environment_fingerprint
+from canvaslab.environment import environment_fingerprint, record_result
 from canvaslab.generation import generate
 from canvaslab.io import write_json_atomic
 from canvaslab.models import anatomy, load_model
@@ -41,10 +41,23 @@ class NeedleRow:
                             None if entropy is None else entropy[self.row].clone()))
 
 
-def fillers(count: int, vocab_size: int, seed: int) -> list[list[int]]:
-    """Random token ids (away from the special ids at the start of the vocabulary), 1,024-2,048 per prompt."""
+FILLER_TOKENS = (1024, 2048)
+
+
+def fillers(count: int, vocab_size: int, seed: int, tokens: tuple[int, int] = FILLER_TOKENS) -> list[list[int]]:
+    """Random token ids (away from the special ids at the start of the vocabulary), ``tokens`` (least, most)
+    per prompt."""
     rng = random.Random(seed)
-    return [[rng.randrange(1000, vocab_size) for _ in range(rng.randint(1024, 2048))] for _ in range(count)]
+    first = min(1000, vocab_size // 2)
+    return [[rng.randrange(first, vocab_size) for _ in range(rng.randint(*tokens))] for _ in range(count)]
+
+
+def token_range(text: str) -> tuple[int, int]:
+    """``--filler-tokens LEAST,MOST``."""
+    least, most = (int(part) for part in text.split(","))
+    if not 0 < least <= most:
+        raise argparse.ArgumentTypeError(f"{text!r}: want LEAST,MOST with 0 < LEAST <= MOST")
+    return least, most
 
 
 def run(loaded, prompts, row, mode, steps):
@@ -72,28 +85,34 @@ def same(a, b) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--layers", type=int, default=None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny", help="preset, installed model, checkpoint directory or config.json")
+    parser.add_argument("--layers", type=int, default=None, help="keep the first N layers (presets)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--batch-sizes", default="64,128")
-    parser.add_argument("--mode", default="invariant")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--batch-sizes", default="64,128", help="comma-separated")
+    parser.add_argument("--mode", default="invariant", choices=("stock", "rowwise", "invariant"))
+    parser.add_argument("--steps", type=int, default=2, help="denoising passes per call")
+    parser.add_argument("--filler-tokens", type=token_range, default=FILLER_TOKENS, metavar="LEAST,MOST",
+                        help="length range of the filler prompts (default 1024,2048)")
+    parser.add_argument("--seed", type=int, default=0, help="the fillers' tokens and the needle's row")
+    parser.add_argument("--out", type=Path, required=True, help="JSON result file (rewritten after every batch)")
     args = parser.parse_args()
     loaded = load_model(args.model, device=args.device, layers=args.layers)
-    print(needle_runs(loaded, [int(b) for b in args.batch_sizes.split(",")], args.mode, args.steps, args.seed, args.out))
+    result = needle_runs(loaded, [int(b) for b in args.batch_sizes.split(",")], args.mode, args.steps, args.seed,
+                         args.out, args.filler_tokens)
+    record_result(args.out, shows="whether one prompt's tokens and every pass's accepted canvas, mask and entropy are "
+                  "byte-identical alone and among long fillers; peak GPU memory", environment=result["environment"])
+    print({"runs": [{k: v for k, v in run.items() if k != "filler_lengths"} for run in result["runs"]]})
 
 
-def needle_runs(loaded, batch_sizes, mode, steps, seed, out: Path) -> dict:
+def needle_runs(loaded, batch_sizes, mode, steps, seed, out: Path, filler_tokens=FILLER_TOKENS) -> dict:
     needle = loaded.tokenizer(NEEDLE)["input_ids"]
     tokens, passes, seconds, peak, replays = run(loaded, [needle], 0, mode, steps)
     result = {"environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source),
-              "mode": mode, "steps": steps, "runs": [],
+              "mode": mode, "steps": steps, "filler_tokens": list(filler_tokens), "runs": [],
               "alone": {"seconds": seconds, "peak_memory_gib": peak, "graph_replays": replays}}
     for batch in batch_sizes:
-        others = fillers(batch - 1, loaded.model.config.text_config.vocab_size, seed + batch)
+        others = fillers(batch - 1, loaded.model.config.text_config.vocab_size, seed + batch, filler_tokens)
         row = random.Random(seed + batch).randrange(batch)
         prompts = others[:row] + [needle] + others[row:]
         entry = {"batch": batch, "needle_row": row, "filler_lengths": [len(p) for p in others]}

@@ -7,8 +7,9 @@ harness would: one ``python -I -S`` subprocess executing the solution and then t
 the median over probes of each, their difference (the sandbox's overhead per probe) and ratio, and the
 floor: a one-line function with one one-line test. Timings are wall clock and include starting the
 processes; the load average before and after is recorded, as other work on the machine slows both.
+Needs bubblewrap (the sandbox's jails) and the ``probes`` extra (HumanEval).
 
-    python benchmarks/sandbox_overhead.py --out benchmarks/results/cpu_sandbox_overhead.json
+    python benchmarks/sandbox_overhead.py --out OUT/cpu_sandbox_overhead.json
 """
 
 from __future__ import annotations
@@ -22,16 +23,19 @@ import sys
 import time
 from pathlib import Path
 
-from canvaslab.environment import environment_fingerprint
+from canvaslab.environment import environment_fingerprint, record_result
 from canvaslab.io import write_json_atomic
 from canvaslab.studies.commit_order.probes import load_regime, program_code, run_code_tests
 from canvaslab.studies.commit_order.sandbox import require_isolation, run_tests
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--code-synthesis", type=int, default=None,
+                        help="how many code-synthesis tasks (from the first; default all 55)")
     parser.add_argument("--human-eval", type=int, default=164, help="how many HumanEval tasks (from the first)")
     parser.add_argument("--repeats", type=int, default=3, help="timings per probe and side; the median is kept")
+    parser.add_argument("--floor-repeats", type=int, default=10, help="timings of the one-line floor")
     parser.add_argument("--out", type=Path, required=True, help="JSON result file")
     return parser.parse_args()
 
@@ -58,9 +62,10 @@ def sandboxed(probe, answer: str) -> None:
 def main() -> None:
     args = parse_args()
     isolation = require_isolation()
-    probes = load_regime("code_synthesis") + load_regime("code_completion")[: args.human_eval]
+    probes = load_regime("code_synthesis")[: args.code_synthesis] + load_regime("code_completion")[: args.human_eval]
     load_before = os.getloadavg()
-    floor = [timed(lambda: run_tests("def f():\n    return 1\n", "f", "assert f() == 1")) for _ in range(10)]
+    floor = [timed(lambda: run_tests("def f():\n    return 1\n", "f", "assert f() == 1"))
+             for _ in range(args.floor_repeats)]
     rows = []
     for probe in probes:
         answer = f"```python\n{probe.reference['canonical_solution']}\n```"
@@ -93,6 +98,9 @@ def main() -> None:
         ),
     }
     write_json_atomic(args.out, payload)
+    record_result(args.out, shows="seconds per probe to score a reference solution in the code sandbox (two "
+                  "bubblewrap jails) against one unprotected python -I -S; the overhead per probe",
+                  environment=payload["environment"])
     overhead_ms, floor_ms = statistics.median(overheads) * 1000, statistics.median(floor) * 1000
     print(f"{len(rows)} probes: sandbox {sandbox_s * 1000:.0f} ms, unprotected {unprotected_s * 1000:.0f} ms per probe "
           f"(median overhead {overhead_ms:.0f} ms); floor {floor_ms:.0f} ms; load {load_before[0]:.1f} -> "

@@ -1,15 +1,17 @@
-"""Denoising-step throughput (canvas tokens per second) and peak GPU memory per mode and batch size, for issue 3's goal:
-invariant >= 0.9 x stock at B >= 8 and >= 0.7 x stock at B = 1. ``vs_stock`` compares whole generate calls
-at ``--steps`` passes; ``pass_vs_stock`` one denoising pass (calls at two step counts, differenced).
+"""Denoising-step throughput and peak GPU memory of generate, per mode and batch size.
 
-The modes are timed in alternation (one call of each in turn, ``--repeats`` rounds after a warm-up
-round), so drift in clocks or in the host's load hits every mode alike; medians are reported.
+For each batch size, every mode (``stock``, ``rowwise``, ``invariant``) generates the same prompt in
+alternation (one call of each in turn, ``--repeats`` rounds after a warm-up round), so drift in clocks or in
+the host's load hits every mode alike; medians are reported. Two numbers per mode: whole generate calls at
+``--steps`` passes (``ms_per_row_step``, ``vs_stock``), and one denoising pass (``pass_ms_per_row_step``,
+``pass_vs_stock``): calls at ``--steps`` and ``2 x --steps`` passes differenced by the decoder passes they
+ran, free of per-call costs (prompt encoding, set-up). Modes are compared within one run only.
+
+``invariant:eager`` is invariant mode with the fused step's CUDA graphs off; ``invariant:compiled`` runs
+transformers' compiled static-cache path with canvaslab's backend (its warm-up round compiles).
 
     python benchmarks/throughput.py --model real-shapes --layers 6 --device cuda \\
-        --batch-sizes 1,4,8,16,32,64 --modes stock,rowwise,invariant --out benchmarks/results/h200_throughput.json
-
-A mode ``invariant:eager`` is invariant mode with the fused step's CUDA graphs off; ``invariant:compiled``
-runs transformers' compiled static-cache path with canvaslab's backend (its warm-up round compiles).
+        --batch-sizes 1,8,32 --modes stock,invariant --out OUT/throughput_6l.json
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from canvaslab.environment import environment_fingerprint
+from canvaslab.environment import environment_fingerprint, record_result
 from canvaslab.invariant import replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
@@ -52,27 +54,28 @@ def graphs_as_in(mode: str, model=None):
 @contextlib.contextmanager
 def decoder_passes(model):
     """Counts, in the block, the denoising passes generate ran (``[0]``: the sampler's renoising, which every
-    pass calls outside the model) and the passes replayed from a CUDA graph (``[1]``). Nothing is hooked
-    into the model: compiled code traces a module's hooks once and would keep a stale one."""
+    pass calls outside the model) and the passes replayed from a CUDA graph (``[1]``: calls of a captured
+    pass). Nothing is hooked into the model: compiled code traces a module's hooks once and would keep a
+    stale one."""
     from canvaslab.generation.fused_step import CapturedPass
     from canvaslab.generation.sampler import RowKeyedSampler
 
     counter = [0, 0]
-    original, replay = RowKeyedSampler.renoise_canvas, CapturedPass._replay
+    original, replay = RowKeyedSampler.renoise_canvas, CapturedPass.__call__
 
     def counted(self, *args, **kwargs):
         counter[0] += 1
         return original(self, *args, **kwargs)
 
-    def replayed(self):
+    def replayed(self, *args, **kwargs):
         counter[1] += 1
-        return replay(self)
+        return replay(self, *args, **kwargs)
 
-    RowKeyedSampler.renoise_canvas, CapturedPass._replay = counted, replayed
+    RowKeyedSampler.renoise_canvas, CapturedPass.__call__ = counted, replayed
     try:
         yield counter
     finally:
-        RowKeyedSampler.renoise_canvas, CapturedPass._replay = original, replay
+        RowKeyedSampler.renoise_canvas, CapturedPass.__call__ = original, replay
 
 
 def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: int) -> list[dict]:
@@ -134,15 +137,16 @@ def with_ratios(rows: list[dict]) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--layers", type=int, default=None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny", help="preset, installed model, checkpoint directory or config.json")
+    parser.add_argument("--layers", type=int, default=None, help="keep the first N layers (presets)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--batch-sizes", default="1,4,8")
-    parser.add_argument("--modes", default="stock,rowwise,invariant")
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--batch-sizes", default="1,4,8", help="comma-separated")
+    parser.add_argument("--modes", default="stock,rowwise,invariant",
+                        help="comma-separated: stock, rowwise, invariant, invariant:eager, invariant:compiled")
+    parser.add_argument("--steps", type=int, default=4, help="denoising passes of the short calls (the long: twice)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds after the warm-up round")
+    parser.add_argument("--out", type=Path, required=True, help="JSON result file (rewritten after every batch size)")
     args = parser.parse_args()
     loaded = load_model(args.model, device=args.device, layers=args.layers)
     modes = args.modes.split(",")
@@ -155,6 +159,8 @@ def main() -> None:
             print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items() if not k.startswith("all_")},
                   flush=True)
         write_json_atomic(args.out, {"environment": environment, "runs": with_ratios(rows)})  # survives a cut-off
+    record_result(args.out, shows="denoising-step throughput and peak GPU memory per mode and batch size "
+                  "(whole calls and one pass, relative to stock)", environment=environment)
 
 
 if __name__ == "__main__":

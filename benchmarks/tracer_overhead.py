@@ -1,4 +1,4 @@
-"""How much the commit-order tracer slows generate down (issue 4's goal: <= 2% on the H200 at real shapes).
+"""How much the commit-order tracer slows generate down.
 
 Times ``canvaslab.generation.generate`` on the same prompts with and without a ``CommitTracer`` observer,
 alternating the two so drift (clocks, other load) hits both alike, after one warm-up of each; with CUDA
@@ -10,12 +10,11 @@ The time spent inside the tracer's ``on_accept`` is also summed: on a shared or 
 whole-generate timings scatter by more than the overhead itself, it is the steadier number. On CUDA it is
 an upper bound (its one device-to-host copy also waits for the step's queued kernels).
 
-    python benchmarks/tracer_overhead.py --model tiny --out benchmarks/results/tracer_overhead_cpu.json
-    python benchmarks/tracer_overhead.py --model real-shapes --layers 30 --device cuda --batch-size 8 \\
-        --out benchmarks/results/tracer_overhead_h200.json
+    python benchmarks/tracer_overhead.py --model real-shapes --layers 6 --device cuda --batch-size 8 \\
+        --out OUT/tracer_overhead.json
     # invariant mode's fast paths: the fused step's CUDA graphs, and the compiled static-cache path
     python benchmarks/tracer_overhead.py --model real-shapes --layers 6 --device cuda --batch-size 8 --steps 8 \\
-        --mode invariant [--path compiled] --out tracer_overhead_fast.json
+        --mode invariant [--path compiled] --out OUT/tracer_overhead_fast.json
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from canvaslab.environment import environment_fingerprint
+from canvaslab.environment import environment_fingerprint, record_result
 from canvaslab.generation import generate
 from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
@@ -37,8 +36,8 @@ from canvaslab.studies.commit_order.tracer import CommitTracer
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny", help="preset, checkpoint directory or config.json")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny", help="preset, installed model, checkpoint directory or config.json")
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
@@ -131,6 +130,8 @@ def main() -> None:
         **{k: v for k, v in measured.items() if k != "accept_calls_per_generate"},
     }
     write_json_atomic(args.out, result)
+    record_result(args.out, shows="generate's time with and without the commit-order tracer (overhead in %), and the "
+                  "time inside its on_accept", environment=result["environment"])
     print(f"generate median {measured['generate_s']['median_without_tracer']:.4f} s without, "
           f"{measured['generate_s']['median_with_tracer']:.4f} s with the tracer: "
           f"overhead {result['overhead_pct']:+.2f}%; inside on_accept {result['on_accept_pct_of_generate']:.2f}% "

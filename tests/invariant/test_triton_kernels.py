@@ -269,15 +269,15 @@ def test_fused_attention_forward_is_transformers_forward_with_the_norms_fused(mo
     """The attention modules' replaced ``forward`` (norm and rotary in one launch) returns, in float32, the bits of
     transformers' own forward with only the norms fused (on the CPU; close to them on a GPU), for encoder and
     decoder attention, sliding and full."""
-    from canvaslab import invariant
     from canvaslab.generation import generate
     from canvaslab.invariant import norms
+    from canvaslab.invariant.modes import Invariant
     from canvaslab.models import anatomy, load_model
 
     loaded = load_model("tiny", device=DEVICE)
     attentions = {name: module for name, module in loaded.model.named_modules()
                   if isinstance(module, (anatomy.ENCODER_ATTENTION_CLASS, anatomy.DECODER_ATTENTION_CLASS))}
-    monkeypatch.setattr(invariant, "swaps_cuda_modules", lambda model: True)
+    monkeypatch.setattr(Invariant, "swaps_cuda_modules", lambda self, model: True)
     prompts = [loaded.tokenizer("the water in the river")["input_ids"], loaded.tokenizer("cold")["input_ids"]]
 
     def attention_outputs():
@@ -300,7 +300,7 @@ def test_fused_attention_forward_is_transformers_forward_with_the_norms_fused(mo
         for a, b in zip(fused[name], stock_forward[name]):
             if DEVICE == "cpu":  # the interpreter rounds where the eager ops round
                 assert torch.equal(a, b), name
-            else:  # compiled, the kernel may contract a product and a sum into one fma (benchmarks/rotary_probe.py)
+            else:  # compiled, the kernel may contract a product and a sum into one fma (benchmarks/rotary_probe.py at commit cfcbda3)
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
 
 

@@ -1,4 +1,4 @@
-"""``canvaslab noise-study plan|run``: the pre-registered unused-token noise study (seed 000, issue 5).
+"""``canvaslab noise-study plan|run``: the pre-registered unused-token noise study (seed 000).
 
 ``plan`` writes the design and its hash before anything runs; ``run`` runs (or resumes) a registered plan
 and refuses one that changed after its first result.

@@ -7,7 +7,7 @@ False in the attention mask).
 
 Windows: transformers' dynamic sliding-window layer keeps the last ``sliding_window - 1`` keys and values as a
 view of the whole prompt's, so the whole prompt's stay allocated. At the real shapes with prompts of ~2,000
-tokens that is half the cache: 25 GiB of 55 at B=128 and 30 layers (``benchmarks/results/h200_s12``).
+tokens that is half the cache: 25 GiB of 55 at B=128 and 30 layers (``benchmarks/results/h200-invariant/``).
 ``sliding_windows_compacted`` copies each such layer's window out as its encoder layer finishes (not while a
 ``TorchFunctionMode`` such as the capture recorder watches, other than the row-keyed draws' own: it would record the copies as the layer's ops, in a
 batch of long prompts and not alone).

@@ -1,11 +1,13 @@
 """The dense layers' products on cuBLAS where it is batch-invariant (CUDA), the Triton matmul elsewhere.
 
-cuBLAS is 20-50% faster than the Triton matmul on the layers' products at the real shapes (H200, session 6:
-e.g. K = 2,816, N = 2,112 at M = 8,192: 0.154 against 0.215 ms), but it picks its kernel from the whole
-shape: at small row counts (1-100 rows, H200, session 8) it picks kernels that give a row other bits, so a
+cuBLAS is 20-50% faster than the Triton matmul on the layers' products at the real shapes (H200,
+``benchmarks/results/h200_kernels_s6/`` at commit cfcbda3: e.g. K = 2,816, N = 2,112 at M = 8,192: 0.154
+against 0.215 ms), but it picks its kernel from the whole shape: at small row counts (1-100 rows, H200,
+``benchmarks/results/h200_s8_call2/`` at commit cfcbda3) it picks kernels that give a row other bits, so a
 row's bits then depend on how many rows share its call. At whole blocks of 256 rows it did not: every canvas-aligned block
 of 256 x B rows (B = 1..128) gave the bits of the same rows in one product over all of them, for every
-layer shape but the router's (N = 128; session 12). So here a product goes to cuBLAS only
+layer shape but the router's (N = 128; ``benchmarks/results/h200-invariant/NOTES.md``). So here a product goes
+to cuBLAS only
 
 - in calls of whole 256-row blocks and at most ``MAX_ROWS`` rows: a longer product is cut into such calls,
   and a last partial block is padded with zero rows (a canvas is 256 positions: the decoder's products
@@ -14,7 +16,7 @@ layer shape but the router's (N = 128; session 12). So here a product goes to cu
   GPU, in this process, the bits of the same rows of one ``MAX_ROWS``-row product (random inputs; also
   rows at an offset inside a call): ``verdict`` checks that at the shape's first use and keeps the answer.
   A shape that fails, a bias, a batched product, K above ``MAX_K`` (the long-K self-conditioning product,
-  whose 256-row blocks differed in session 8) stay on the Triton kernel.
+  whose 256-row blocks differed in ``h200_s8_call2/``) stay on the Triton kernel.
 
 Every call a row can meet then computes it with the same arithmetic, whatever the batch; the proofs
 (``canvaslab batch-study``, ``benchmarks/needle.py``) check the whole model on the GPU.

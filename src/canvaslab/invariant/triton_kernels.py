@@ -42,7 +42,8 @@ def matmul_plan(k: int, n: int, fp32: bool = False) -> dict:
     """Tiles, warps, pipeline depth and tile order for a (K, N) product: a function of (K, N) and the dtype
     alone.
 
-    Chosen on an H200 (``benchmarks/h200_kernel_sweep.py``, results in benchmarks/results/): the default
+    Chosen on an H200 (``benchmarks/h200_kernel_sweep.py``; ``benchmarks/results/h200_kernels_s6/`` at commit
+    cfcbda3): the default
     128x128x64 tiles with 4 warps were the fastest or within noise for every dense layer and the lm_head
     at M = 256..16,384; for the long-K self-conditioning product (K = 262,144, N = 2,816, split-K), tiles
     128 wide in M and 256 in N with 8 warps, visited in groups of 8 row tiles (the row tiles' slices of the
@@ -58,7 +59,7 @@ def matmul_plan(k: int, n: int, fp32: bool = False) -> dict:
 
 
 @triton.jit
-def _tile_position(M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+def tile_position(M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
     """(row tile, column tile) of this program. GROUP_M == 0: the grid's axes 0 and 1; otherwise axis 0
     counts tiles in groups of GROUP_M row tiles, column tiles within a group (L2 reuse of the rows)."""
     if GROUP_M == 0:
@@ -76,7 +77,7 @@ def _matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, k_per_split,
                    s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_ob, s_os, s_om, s_on,
                    SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, FP32_INPUTS: tl.constexpr, K_STEPS: tl.constexpr,
                    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
-    pid_m, pid_n = _tile_position(M, N, BM, BN, GROUP_M)
+    pid_m, pid_n = tile_position(M, N, BM, BN, GROUP_M)
     pid_z = tl.program_id(2)
     batch = (pid_z // SPLIT).to(tl.int64)
     split = pid_z % SPLIT
@@ -160,7 +161,8 @@ GROUPED_BLOCK_M = 128  # rows per tile: the expert schedule (shared by both proj
 def grouped_plan(dtype: torch.dtype) -> dict:
     """Column tile, K step, warps and pipeline depth of the grouped kernel: a function of the dtype alone.
 
-    Chosen on an H200 (``benchmarks/h200_kernel_sweep.py --stages grouped``, session 11): 128 x 256 x 64 tiles,
+    Chosen on an H200 (``benchmarks/h200_kernel_sweep.py --stages grouped``; ``benchmarks/results/h200_s11/`` at
+    commit cfcbda3): 128 x 256 x 64 tiles,
     8 warps, 3 stages took 1.82 ms for both projections at B=32 (65,536 routed rows) against 2.46 with the
     earlier 64 x 128 x 64, 4 warps (3.50 against 3.91 at B=64; 0.67 against 0.61 at B=1). Every configuration
     swept gave the same bits (the K range is reduced in order whatever the tile). float32 inputs take narrower

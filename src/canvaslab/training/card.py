@@ -125,9 +125,9 @@ def write_card(run_dir: Path, sibling: Path | None = None) -> Path:
         f"warm-up {settings['warmup_steps']} steps, seed {settings['seed']}",
         f"- example pool: {training['pool_examples']:,} examples, {training['pool_tokens']:,} tokens",
         f"- mixture (examples per task): {training['mixture_counts']}",
-        # training.json before session 17 predates share overrides: those runs drew tasks.MIXTURE's shares
+        # an older training.json has no share overrides: its run drew tasks.MIXTURE's shares
         f"- task shares drawn: {_shares(training)}",
-        # training.json of runs 1-4 predates the answer style: they wrote sums plainly
+        # an older training.json has no answer style: its run wrote sums plainly
         f"- answers: {training.get('answers', {'sum_format': 'plain'})} (tasks.AnswerStyle)",
     ]
     if "prose_answers" in training:  # canvaslab.training.distill

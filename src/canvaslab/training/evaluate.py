@@ -29,24 +29,25 @@ from canvaslab.training.tasks import Example
 _WORD = re.compile(r"[A-Za-z]+")
 
 
-def _words(text: str) -> list[str]:
+def split_words(text: str) -> list[str]:
+    """The text's words, lower-cased (runs of ASCII letters): what every prose measure here counts."""
     return [w.lower() for w in _WORD.findall(text)]
 
 
 @lru_cache(maxsize=2)
 def _vocabulary(passages: str) -> frozenset[str]:
-    return frozenset(_words(Path(passages).read_text(encoding="utf-8")))
+    return frozenset(split_words(Path(passages).read_text(encoding="utf-8")))
 
 
 @lru_cache(maxsize=2)
 def _bigrams(passages: str) -> frozenset[tuple[str, str]]:
-    words = _words(Path(passages).read_text(encoding="utf-8"))
+    words = split_words(Path(passages).read_text(encoding="utf-8"))
     return frozenset(zip(words, words[1:]))
 
 
 def english_fraction(text: str, passages: Path | str) -> float:
     """Share of the text's words found in the passages' vocabulary (0 when there are no words)."""
-    words = _words(text)
+    words = split_words(text)
     vocabulary = _vocabulary(str(passages))
     return sum(w in vocabulary for w in words) / len(words) if words else 0.0
 
@@ -54,7 +55,7 @@ def english_fraction(text: str, passages: Path | str) -> float:
 def english_bigram_fraction(text: str, passages: Path | str) -> float:
     """Share of the text's adjacent word pairs that occur in the passages (0 with fewer than two words): a
     stricter proxy than the word share, which English words in a random order pass."""
-    words = _words(text)
+    words = split_words(text)
     bigrams = _bigrams(str(passages))
     pairs = list(zip(words, words[1:]))
     return sum(pair in bigrams for pair in pairs) / len(pairs) if pairs else 0.0
@@ -63,14 +64,14 @@ def english_bigram_fraction(text: str, passages: Path | str) -> float:
 @lru_cache(maxsize=2)
 def frequent_words(passages: str, count: int = 20) -> frozenset[str]:
     """The passages' ``count`` most frequent words ("the", "of", "and", ...)."""
-    counts = collections.Counter(_words(Path(passages).read_text(encoding="utf-8")))
+    counts = collections.Counter(split_words(Path(passages).read_text(encoding="utf-8")))
     return frozenset(word for word, _ in counts.most_common(count))
 
 
 def frequent_word_fraction(text: str, passages: Path | str) -> float | None:
     """Share of the text's words among the passages' 20 most frequent (None without words). Both shares above
     pass runs of frequent words ("the the, of the, to to of"); English sits near its references' value here."""
-    words = _words(text)
+    words = split_words(text)
     frequent = frequent_words(str(passages))
     return sum(w in frequent for w in words) / len(words) if words else None
 

@@ -69,7 +69,7 @@ def compile_parts(model, parts: str = "layers") -> int:
 
     At `mini`'s width (256) a training step is bound by unfused elementwise work, not by its matmuls (an
     H200 profile: multiplies, copies and index updates take ~70% of GPU time, matmuls ~8%;
-    benchmarks/results/mini_step_gpu_s8/), which Inductor fuses. ``parts``:
+    benchmarks/results/mini_step_gpu_s8/ at commit cfcbda3), which Inductor fuses. ``parts``:
 
     - ``layers``: each transformer layer (the encoder's cache and the decoder's self-conditioning input stay
       plain Python between them). Fastest step, but each layer compiles its own graphs (its index selects

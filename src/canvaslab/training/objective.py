@@ -232,7 +232,7 @@ class _CastExperts:
 
 # The training experts: transformers' grouped-GEMM function under bf16 autocast. A version whose row shuffles
 # were gathers both ways (autograd's backward of an index is a scatter-add) was no faster on an H200 (0.293 s
-# per step against this one's 0.274, benchmarks/results/mini_step_gpu_s10/), so it was removed.
+# per step against this one's 0.274, benchmarks/results/mini_step_gpu_s10/ at commit cfcbda3), so it was removed.
 AUTOCAST_EXPERTS = "canvaslab_autocast_grouped_mm"
 
 

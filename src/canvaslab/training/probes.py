@@ -1,10 +1,10 @@
 """The probe suite of `mini` for the commit-order study: held-out prompts of its own tasks, in the
 study's probe format, so ``order-study --model mini --suite mini`` asks the model what it was trained
-to answer (the default suite's GSM8K and HumanEval prompts are far beyond a 15M-parameter model).
+to answer (the default suite's GSM8K and HumanEval prompts are far beyond an 18M-parameter model).
 
 Regimes: math (2- and 3-digit addition, word problems), factual (the synthetic knowledge base, held-out
-phrasings), json, code_synthesis (small Python functions, tests run in the sandbox) and open_ended
-(prose continuation, not scored). The file ships as ``probes/data/suites/mini.jsonl``;
+combinations of the training question templates and wrappings), json, code_synthesis (small Python functions,
+tests run in the sandbox) and open_ended (prose continuation, not scored). The file ships as ``probes/data/suites/mini.jsonl``;
 ``write_mini_suite`` rebuilds it (it needs the prose passages).
 """
 

@@ -1,4 +1,4 @@
-"""The recipe of the shipped `mini` (run 8, docs/mini-model.md): ``canvaslab mini train``'s defaults, so that
+"""The recipe of the shipped `mini` (docs/mini-model.md): ``canvaslab mini train``'s defaults, so that
 the command with no training options trains by that model's recipe: the same examples in the same order, given the
 same passage file (`canvaslab mini passages` of the default corpus). The weights will not be bit for bit the same:
 a GPU's sums differ from machine to machine.
@@ -20,7 +20,7 @@ class Recipe:
     mixture: str  # overrides of tasks.MIXTURE's shares, as `--mixture` takes them
 
 
-# run 8 (benchmarks/results/mini_h200_run8/): run 7's settings (3,500 steps, more 3-digit sums), more prose, on
-# the 16,384-id tokenizer (now the shipped one, which `canvaslab mini tokenizer` rebuilds)
+# the shipped `mini` (benchmarks/results/mini/): 3,500 steps, 27% 3-digit sums, 26% prose, on the 16,384-id
+# tokenizer (the shipped one, which `canvaslab mini tokenizer` rebuilds)
 SHIPPED = Recipe(steps=3500, batch_size=512, learning_rate=7e-4, examples=600_000,
                  mixture="add2=0.10,add3=0.27,fact=0.08,json=0.10,code=0.05,prose=0.26")

@@ -97,7 +97,7 @@ def save(tokenizer: PreTrainedTokenizerFast, out: Path) -> None:
 def build_mini_tokenizer(passages: Path | None, out: Path, examples: int = 60_000, seed: int = 0,
                          vocab_size: int = VOCAB_SIZE, tail_unused: int = TAIL_UNUSED) -> PreTrainedTokenizerFast:
     """The shipped tokenizer's recipe: BPE on ``examples`` chat-formatted training exchanges of seed ``seed``,
-    written as they were when it was made (runs 1-4): a later answer style trains on the same vocabulary."""
+    written in the answer style it was made with (``RUN4_STYLE``): a later style trains on the same vocabulary."""
     from canvaslab.training.batches import generate_texts
     from canvaslab.training.tasks import RUN4_STYLE
 

@@ -65,7 +65,7 @@ class AnswerStyle:
     trained in different styles are scored on the same held-out prompts."""
 
     # arithmetic.SUM_FORMATS. The default is the shipped `mini`'s: "padded" (every digit of a sum at a fixed
-    # place) was run 5's, which did not add better (docs/mini-model.md, "Run 5")
+    # place) did not add better at full size (docs/mini-model.md, "What was tried")
     sum_format: str = "plain"
     # a prose answers file (`canvaslab mini distill`): training prose answers as a teacher model wrote them
     # (sequence-level distillation); None: the passages' own continuations
@@ -76,7 +76,7 @@ class AnswerStyle:
             raise CanvaslabError(f"sum format {self.sum_format!r} is not one of: {', '.join(arithmetic.SUM_FORMATS)}")
 
 
-# The style runs 1-4 were trained in, the shipped `mini` among them (pinned: the default may change again).
+# The style of the shipped `mini` and of the texts its tokenizer was trained on (pinned: the default may change).
 RUN4_STYLE = AnswerStyle(sum_format="plain")
 
 

@@ -4,9 +4,10 @@ The held-out key is the operand pair (and, for word problems, the story too), so
 never shown in training in any phrasing. Answers restate the sum and end with it: the scorer reads the
 last number. How the sum is written is ``sum_format`` (``SUM_FORMATS``):
 
-- ``plain``: ``23 + 45 = 68.`` (runs 1-4). A sum of two d-digit numbers has d or d + 1 digits, so where its
-  units digit sits in the canvas depends on its length, which a denoiser must settle in the same parallel
-  pass as the digits (docs/mini-model.md: at toy size, units right 13% of the time, tens 90%).
+- ``plain``: ``23 + 45 = 68.`` (the shipped `mini`'s). A sum of two d-digit numbers has d or d + 1 digits, so
+  where its units digit sits in the canvas depends on its length, which a denoiser must settle in the same
+  parallel pass as the digits (at toy size, units right 13% of the time, tens 90%:
+  ``benchmarks/results/mini_memorise_cpu/`` at commit cfcbda3).
 - ``padded``: ``23 + 45 = 068.``: always d + 1 digits, every digit at one place of the canvas.
 - ``columns``: the school method, units first, each column's sum written with two digits so that its carry
   is the first one, then the padded sum: ``23 + 45: 3 + 5 = 08, 2 + 4 + 0 = 06, so 068.`` Every

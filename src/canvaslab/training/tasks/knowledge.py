@@ -2,8 +2,10 @@
 
 The base is built from its own fixed seed (``KB_SEED``), so it is the same in every training run. Each
 country's facts are stated in training ("Tell me about X.") and asked about in many phrasings. The
-held-out key is the phrasing alone (attribute, question form, wrapping), not the country: a held-out
-prompt asks a fact the model saw, in a wording it never saw for any country.
+held-out key is the phrasing alone (attribute, question template, prefix and suffix), not the country: a
+held-out prompt asks a fact the model saw, in a combination of question template and wrapping it never saw
+for any country. Each template and each wrapping occurs in training in other combinations, so held-out
+prompts test the training templates, not new wordings.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def statement(rng: random.Random) -> Example:
 
 
 def question(rng: random.Random) -> Example:
-    """One fact asked in one phrasing; the key is the phrasing, so held-out phrasings are never trained."""
+    """One fact asked in one phrasing; the key is the phrasing, so held-out combinations are never trained."""
     country = rng.choice(knowledge_base())
     attribute = rng.choice(tuple(QUESTIONS))
     core_index = rng.randrange(len(QUESTIONS[attribute]))

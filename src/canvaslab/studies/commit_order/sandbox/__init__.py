@@ -30,7 +30,7 @@ with methods, a generator, an argument mutated in place, a global other than the
 the sandbox errs towards "not correct". Every reference solution of the probe suite passes (164
 HumanEval, 55 code-synthesis tasks: tests/studies/commit_order/test_probes.py).
 
-Why the attacks of issue 10 fail (each is a test in tests/studies/commit_order/test_sandbox.py):
+Why known attacks fail (each is a test in tests/studies/commit_order/test_sandbox.py):
 a token read from a frame (``sys._getframe``, a traceback) or the harness's locals: there is none,
 and the tests are in another process; replacing the tests: they are not in the candidate's process;
 ``sys.excepthook``, ``os._exit(0)``, ``sys.exit(0)``, printing "passed": the verdict is not the

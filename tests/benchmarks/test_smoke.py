@@ -1,0 +1,392 @@
+"""Every script in benchmarks/ runs: a CPU smoke run of each on the smallest thing it supports (``tiny``, toy
+sizes, one or two passes), in a subprocess with a timeout, writing into tmp_path. Each run must write its
+result with the expected keys and, beside it, the ``result.json`` manifest (``canvaslab.environment.
+record_result``) that names it. ``--help`` says what each script measures and exits 0. A script without a
+smoke run here, or one that reaches for a private canvaslab name, fails the suite."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import re
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+MANIFEST_KEYS = {"file", "command", "shows", "canvaslab_version", "git_commit", "git_dirty", "date", "environment"}
+PASSAGES = [f"Passage number {i} begins with this sentence. It goes on with a second one about item {i}, "
+            f"which is long enough to be a real continuation of the opening sentence." for i in range(80)]
+
+
+def scripts() -> list[str]:
+    return sorted(path.name for path in BENCHMARKS.iterdir() if path.suffix in (".py", ".sh"))
+
+
+def kill_session(session: int) -> None:
+    """Every process of the session a timed-out command led (the shell scripts' ``timeout`` stages sit in
+    process groups of their own, so killing the command's group would leave them running)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == session:
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass
+
+
+def run(command: list[str], timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    """One benchmark command from the repository root, one torch thread, this interpreter first on the PATH
+    (the shell scripts call ``python``); on a timeout everything it started is killed."""
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+                   "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]), **env}
+    started = time.monotonic()
+    process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_session(process.pid)
+        process.communicate()
+        raise
+    print(f"{' '.join(command[:2])}: {time.monotonic() - started:.1f} s")
+    assert process.returncode == 0, f"{' '.join(command)} failed ({process.returncode}):\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def python(script: str, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    return run([sys.executable, str(BENCHMARKS / script), *args], timeout=timeout, **env)
+
+
+def read(path: Path, *keys: str, manifest: bool = True) -> dict:
+    """The JSON result at ``path``, which must hold ``keys``, and (``manifest``) the manifest entry beside it
+    that names it."""
+    assert path.is_file(), f"{path} was not written"
+    result = json.loads(path.read_text())
+    assert set(keys) <= set(result), f"{path.name} lacks {sorted(set(keys) - set(result))}"
+    if manifest:
+        manifested(path)
+    return result
+
+
+def manifested(path: Path) -> dict:
+    """The manifest entry (``result.json``) for the file or folder ``path``."""
+    folder = path if path.is_dir() else path.parent
+    manifest = folder / "result.json"
+    assert manifest.is_file(), f"no result.json beside {path}"
+    name = "." if path.is_dir() else path.name
+    runs = [run for run in json.loads(manifest.read_text())["runs"] if run["file"] == name]
+    assert len(runs) == 1, f"{manifest} names {name} {len(runs)} times"
+    assert MANIFEST_KEYS <= set(runs[0]) and runs[0]["shows"] and runs[0]["command"]
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def passages(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("passages") / "prose.txt"
+    path.write_text("\n".join(PASSAGES) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, passages) -> Path:
+    """A toy `mini` and sibling trained for 2 steps and evaluated on one held-out prompt per task: the smoke run
+    of mini_train_h200.py, whose folder the quality and judge scripts read."""
+    out = tmp_path_factory.mktemp("tiny_run") / "run"
+    python("mini_train_h200.py", "--tiny", "--device", "cpu", "--steps", "2", "--batch-size", "4", "--examples", "16",
+           "--eval-per-task", "2", "--eval-tasks", "add2,prose", "--passages", str(passages), "--out", str(out))
+    return out
+
+
+# ---- one smoke run per script ------------------------------------------------------------------------------
+
+def smoke_throughput(tmp_path, request):
+    out = tmp_path / "throughput.json"
+    python("throughput.py", "--model", "tiny", "--device", "cpu", "--batch-sizes", "1", "--modes", "stock,invariant",
+           "--steps", "1", "--repeats", "1", "--out", str(out))
+    rows = read(out, "environment", "runs")["runs"]
+    assert [row["mode"] for row in rows] == ["stock", "invariant"]
+    assert {"ms_per_row_step", "pass_ms_per_row_step", "vs_stock", "pass_vs_stock"} <= set(rows[0])
+
+
+def smoke_needle(tmp_path, request):
+    out = tmp_path / "needle.json"
+    python("needle.py", "--model", "tiny", "--device", "cpu", "--batch-sizes", "2", "--filler-tokens", "8,16",
+           "--steps", "2", "--out", str(out))
+    result = read(out, "environment", "mode", "alone", "runs")
+    assert [run["identical"] for run in result["runs"]] == [True]  # invariant mode: the needle's bytes are its own
+
+
+def smoke_tracer_overhead(tmp_path, request):
+    out = tmp_path / "tracer.json"
+    python("tracer_overhead.py", "--model", "tiny", "--device", "cpu", "--batch-size", "1", "--steps", "2",
+           "--repeats", "1", "--out", str(out))
+    read(out, "environment", "config", "generate_s", "overhead_pct", "on_accept_s", "trace_build_s")
+
+
+def smoke_memory_probe(tmp_path, request):
+    out = tmp_path / "memory.json"
+    python("memory_probe.py", "--model", "tiny", "--layers", "2", "--device", "cpu", "--batch-size", "2",
+           "--filler-tokens", "8,16", "--steps", "1", "--out", str(out))
+    result = read(out, "config", "environment", "outcome", "phases")
+    assert result["outcome"] == "finished"
+    assert [phase["at"] for phase in result["phases"]][:3] == ["model loaded", "before encoder", "encoder"]
+
+
+def smoke_sandbox_overhead(tmp_path, request):
+    if shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap (CI installs it: .ci/run)")
+    out = tmp_path / "sandbox.json"
+    python("sandbox_overhead.py", "--code-synthesis", "1", "--human-eval", "1", "--repeats", "1", "--floor-repeats",
+           "1", "--out", str(out))
+    result = read(out, "probes", "median_sandbox_s", "median_unprotected_s", "median_overhead_s", "per_probe",
+                  "environment")
+    assert result["probes"] == 2
+
+
+def smoke_engine_ray_scaling(tmp_path, request):
+    pytest.importorskip("ray")
+    out = tmp_path / "scaling.json"
+    python("engine_ray_scaling.py", "--prompts", "1", "--configs", "local,ray-1", "--out", str(out), timeout=240)
+    result = read(out, "results", "same_summary_everywhere", "environment")
+    assert list(result["results"]) == ["local", "ray, 1 worker"] and result["same_summary_everywhere"]
+
+
+def smoke_profile_generate(tmp_path, request):
+    out = tmp_path / "profile.txt"
+    python("profile_generate.py", "--model", "tiny", "--device", "cpu", "--modes", "invariant", "--steps", "1",
+           "--rows", "5", "--out", str(out))
+    text = out.read_text()
+    assert "## mode=invariant batch=1" in text and "### phases" in text and "### by CPU time" in text
+    manifested(out)
+
+
+def smoke_compiled_proof(tmp_path, request):
+    out = tmp_path / "proof.json"
+    python("compiled_proof.py", "--model", "tiny", "--device", "cpu", "--path", "graphs", "--fills", "copies,mixed",
+           "--batch-sizes", "1,2", "--steps", "2", "--out", str(out))
+    result = read(out, "runs", "summary", "config", "environment")
+    assert result["summary"]["compared"] == 2 and result["summary"]["diverged"] == 0
+
+
+def smoke_h200_kernel_sweep(tmp_path, request):
+    out = tmp_path / "kernels"
+    python("h200_kernel_sweep.py", "--tiny", "--stages", "sweep,cublas_1k", "--out", str(out),
+           TRITON_INTERPRET="1")
+    result = read(out / "sweep.json", "shapes", "sweep", "cublas_1k", "environment")
+    assert result["sweep"] and not str(result["sweep"]).startswith("failed")
+
+
+def smoke_h200_speed_run(tmp_path, request):
+    out = tmp_path / "speed"
+    run(["bash", str(BENCHMARKS / "h200_speed_run.sh"), str(out), "600"], timeout=300, MODEL="tiny", DEVICE="cpu",
+        L6="2", L30="2", SMALL="1,2", BIG="2", NEEDLE="2", COMPILED_PATH="graphs",
+        ONLY="throughput_6l,proof_6l_stock_mixed,needle_6l")
+    log = (out / "log.txt").read_text()
+    for stage in ("throughput_6l", "proof_6l_stock_mixed", "needle_6l"):
+        assert f"== {stage} exit=0" in log, log
+    read(out / "throughput_6l.json", "environment", "runs")
+    read(out / "needle_6l.json", "runs")
+    assert json.loads((out / "proof" / "stock_6l_mixed" / "batch_study.json").read_text())["summary"]
+    assert "h200_speed_run.sh" in manifested(out)["command"]
+
+
+def smoke_mini_quality(tmp_path, request):
+    run_folder = request.getfixturevalue("tiny_run")
+    out = tmp_path / "quality.json"
+    python("mini_quality.py", "--run", str(run_folder), "--per-task", "1", "--tasks", "add2", "--out", str(out))
+    result = read(out, "per_task", "answers", "diffusion", "autoregressive", "environment")
+    assert [answer["task"] for answer in result["answers"]["diffusion"]] == ["add2"]
+
+
+def smoke_mini_prose_judge(tmp_path, request):
+    run_folder, passages = request.getfixturevalue("tiny_run"), request.getfixturevalue("passages")
+    quality = run_folder / "quality_diffusion_autoregressive_add2_prose.json"
+    out = tmp_path / "judge.json"
+    python("mini_prose_judge.py", "--passages", str(passages), "--answers", f"tiny={quality}", "--per-task", "2",
+           "--judge", str(run_folder / "autoregressive"), "--out", str(out))
+    result = read(out, "per_task", "sets", "environment")
+    assert list(result["sets"]) == ["references", "sibling greedy", "sibling sampled T=0.8", "tiny"]
+    assert {"sibling_nll", "word_pairs", "frequent_word_share"} <= set(result["sets"]["tiny"]["summary"])
+
+
+def smoke_mini_token_counts(tmp_path, request):
+    passages = request.getfixturevalue("passages")
+    out = tmp_path / "counts"
+    python("mini_token_counts.py", "--passages", str(passages), "--examples", "40", "--out", str(out))
+    assert (out / "token_counts.npy").is_file()
+    summary = json.loads((out / "counts.json").read_text())
+    assert summary["examples"] == 40 and summary["tokens"] > 0
+    manifested(out / "token_counts.npy")
+
+
+def smoke_mini_train_h200(tmp_path, request):
+    run_folder = request.getfixturevalue("tiny_run")  # the fixture is this script's smoke run
+    training = read(run_folder / "training.json", "settings", "diffusion", "autoregressive", "environment",
+                    manifest=False)  # the manifest names the run's folder
+    assert training["settings"]["steps"] == 2
+    for model in ("diffusion", "autoregressive"):
+        assert (run_folder / model / "config.json").is_file()
+    assert json.loads((run_folder / "quality_diffusion_autoregressive_add2_prose.json").read_text())["answers"]
+    assert "mini_train_h200.py" in manifested(run_folder)["command"]
+
+
+def smoke_mini_h200_calls(tmp_path, request):
+    passages = request.getfixturevalue("passages")
+    state, pack = tmp_path / "state", tmp_path / "pack"
+    run(["bash", str(BENCHMARKS / "mini_h200_calls.sh"), str(state), str(passages), str(pack), "200"], timeout=200,
+        TINY="1", DEVICE="cpu", STEPS="2", BATCH="4", EXAMPLES="16", COMPILE="", EVAL_TASKS="add2",
+        EVAL_PER_TASK="1", STUDIES="0")
+    for folder, model in (("d", "diffusion"), ("a", "autoregressive")):
+        assert (state / folder / "training.json").is_file()
+        assert list((pack / model).glob("model*.safetensors"))
+    assert (pack / "results.tgz").is_file()
+    assert "STUDIES=0" in manifested(state)["command"]
+
+
+SMOKE = {
+    "throughput.py": smoke_throughput,
+    "needle.py": smoke_needle,
+    "tracer_overhead.py": smoke_tracer_overhead,
+    "memory_probe.py": smoke_memory_probe,
+    "sandbox_overhead.py": smoke_sandbox_overhead,
+    "engine_ray_scaling.py": smoke_engine_ray_scaling,
+    "profile_generate.py": smoke_profile_generate,
+    "compiled_proof.py": smoke_compiled_proof,
+    "h200_kernel_sweep.py": smoke_h200_kernel_sweep,
+    "h200_speed_run.sh": smoke_h200_speed_run,
+    "mini_quality.py": smoke_mini_quality,
+    "mini_prose_judge.py": smoke_mini_prose_judge,
+    "mini_token_counts.py": smoke_mini_token_counts,
+    "mini_train_h200.py": smoke_mini_train_h200,
+    "mini_h200_calls.sh": smoke_mini_h200_calls,
+}
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_the_script_runs_on_the_cpu_and_writes_its_result_with_a_manifest(script, tmp_path, request):
+    SMOKE[script](tmp_path, request)
+
+
+# ---- --help --------------------------------------------------------------------------------------------------
+
+def python_help(script: str, monkeypatch) -> str:
+    """``python benchmarks/SCRIPT --help``'s output, run as ``__main__`` in this process (torch is already imported
+    here: seconds saved per script); it must exit 0."""
+    path = BENCHMARKS / script
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setattr(sys, "argv", [str(path), "--help"])
+    environment, modules = dict(os.environ), set(sys.modules)
+    printed = io.StringIO()
+    try:
+        with redirect_stdout(printed), pytest.raises(SystemExit) as exited:
+            runpy.run_path(str(path), run_name="__main__")
+    finally:
+        for name in set(os.environ) - set(environment):  # a script's os.environ.setdefault stays in the script
+            del os.environ[name]
+        for name in set(sys.modules) - modules:  # the sibling scripts it imported (needle, tracer_overhead)
+            if str(BENCHMARKS) in str(getattr(sys.modules[name], "__file__", "") or ""):
+                del sys.modules[name]
+    assert exited.value.code in (0, None)
+    return printed.getvalue()
+
+
+@pytest.mark.parametrize("script", [name for name in sorted(SMOKE) if name.endswith(".py")])
+def test_the_python_script_says_what_it_measures_with_help(script, monkeypatch):
+    printed = python_help(script, monkeypatch)
+    first_line = ast.get_docstring(ast.parse((BENCHMARKS / script).read_text())).splitlines()[0]
+    assert first_line in printed and "--out" in printed
+
+
+@pytest.mark.parametrize("script", [name for name in sorted(SMOKE) if name.endswith(".sh")])
+def test_the_shell_script_prints_its_usage_with_help(script):
+    for flag in ("--help", "-h"):
+        done = subprocess.run(["bash", str(BENCHMARKS / script), flag], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0 and f"bash benchmarks/{script}" in done.stdout and not done.stderr
+
+
+# ---- benchmarks/README.md ----------------------------------------------------------------------------------
+
+def readme_commands() -> list[tuple[str, list[str]]]:
+    """(script, options) of every ``python benchmarks/...`` or ``bash benchmarks/...`` command in a code span."""
+    text = (BENCHMARKS / "README.md").read_text(encoding="utf-8")
+    return [(script, re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", arguments))
+            for script, arguments in re.findall(r"`(?:python|bash) benchmarks/([\w.]+)([^`]*)`", text)]
+
+
+def test_the_readme_shows_how_to_run_every_script():
+    assert sorted({script for script, _ in readme_commands()}) == scripts()
+
+
+@pytest.mark.parametrize("script, options", readme_commands(), ids=[script for script, _ in readme_commands()])
+def test_the_readme_command_uses_options_the_script_has(script, options, monkeypatch):
+    if script.endswith(".py"):
+        printed = python_help(script, monkeypatch)
+    else:
+        printed = subprocess.run(["bash", str(BENCHMARKS / script), "--help"], capture_output=True, text=True,
+                                 timeout=30).stdout
+    assert [option for option in options if not re.search(rf"{option}(?![\w-])", printed)] == []
+
+
+# ---- the suite covers every script; scripts use public names only -------------------------------------------
+
+def test_every_script_in_benchmarks_has_a_smoke_run():
+    assert scripts() == sorted(SMOKE), "add a smoke run to tests/benchmarks/test_smoke.py (or remove the entry)"
+
+
+def private_canvaslab_names(source: str) -> list[str]:
+    """``_private`` names a script takes from canvaslab: imported, or reached as an attribute of something it
+    imported from canvaslab (a module or a class). Dunder names are public protocol."""
+    def private(name: str) -> bool:
+        return any(part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+                   for part in name.split("."))
+
+    found, bound = [], set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "canvaslab":
+            for alias in node.names:
+                bound.add(alias.asname or alias.name)
+                if private(node.module) or private(alias.name):
+                    found.append(f"from {node.module} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "canvaslab":
+                    bound.add(alias.asname or "canvaslab")
+                    if private(alias.name):
+                        found.append(f"import {alias.name}")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and private(node.attr):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in bound:
+                found.append(f"{ast.unparse(node)}")
+    return found
+
+
+def test_the_private_name_check_finds_imports_and_attributes():
+    source = ("from canvaslab.training.evaluate import _words\nimport canvaslab._x\n"
+              "from canvaslab.generation.fused_step import CapturedPass\nCapturedPass._replay\n"
+              "from canvaslab.invariant import triton_kernels as tk\ntk._kernel(1)\nCapturedPass.__call__\n"
+              "import torch\ntorch.cuda.memory._snapshot()\n")
+    assert private_canvaslab_names(source) == ["from canvaslab.training.evaluate import _words", "import canvaslab._x",
+                                               "CapturedPass._replay", "tk._kernel"]
+
+
+@pytest.mark.parametrize("script", scripts())
+def test_the_script_uses_only_public_canvaslab_names(script):
+    source = (BENCHMARKS / script).read_text()
+    if script.endswith(".py"):
+        assert private_canvaslab_names(source) == []
+    else:  # the shell scripts' python -c snippets
+        assert re.findall(r"from canvaslab[\w.]* import [^\n']*\b_[a-z]\w*|canvaslab[\w.]*\._[a-z]\w*", source) == []
