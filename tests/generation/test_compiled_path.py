@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import canvaslab.generation.compiled_path as compiled_path
-import canvaslab.generation.runner as runner
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
 from canvaslab.invariant import compiled
+from canvaslab.invariant.modes import Invariant
 from canvaslab.models import load_model
 from canvaslab.prompts import BUILTIN_PROMPTS
 from canvaslab.studies.commit_order.tracer import CommitTracer
@@ -150,7 +150,7 @@ def test_the_copied_prompt_cache_is_refused_on_the_static_cache(static_cache):
                     reason="the fused step's kernel needs a GPU or TRITON_INTERPRET=1")
 def test_the_fused_steps_compiled_pass_is_the_same_alone_and_in_batches(static_cache, monkeypatch):
     loaded, checked = static_cache
-    monkeypatch.setattr(runner, "streams_vocabulary", lambda model: True)
+    monkeypatch.setattr(Invariant, "streams_vocabulary", lambda self, model: True)
     prompts = _prompts(loaded, 3)
     alone = _run(loaded, prompts[:1])
     assert "pass" in vars(loaded.model)[compiled_path.CACHE_ATTRIBUTE]

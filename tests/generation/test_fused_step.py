@@ -17,6 +17,7 @@ from canvaslab.generation import generate
 from canvaslab.generation.fused_step import FusedStep
 from canvaslab.generation.row_randomness import RowRandomness
 from canvaslab.generation.sampler import RowKeyedSampler
+from canvaslab.invariant.modes import Invariant
 
 pytest.importorskip("triton")
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
@@ -47,7 +48,7 @@ def fused(monkeypatch):
         calls.append(1)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "streams_vocabulary", lambda model: True)
+    monkeypatch.setattr(Invariant, "streams_vocabulary", lambda self, model: True)
     monkeypatch.setattr(FusedStep, "__call__", counted)
     return calls
 
@@ -77,7 +78,7 @@ def test_first_pass_agrees_with_transformers_step(tiny_short_canvas, fused, monk
     generation = {"max_denoising_steps": 1, "max_new_tokens": 32}
     observed = {}
     for name, streams in (("fused", True), ("stock", False)):
-        monkeypatch.setattr(runner, "streams_vocabulary", lambda model, streams=streams: streams)
+        monkeypatch.setattr(Invariant, "streams_vocabulary", lambda self, model, streams=streams: streams)
         passes = _Passes(0)
         out = generate(tiny_short_canvas, [prompt], mode="invariant", generation=generation, observers=[passes], seed=1)
         observed[name] = (out.rows[0].tokens, *passes.seen[0])

@@ -91,12 +91,12 @@ def test_stock_kernels_come_back_on_exit(monkeypatch):
 
 
 def test_generation_runs_under_the_overrides(tiny, monkeypatch):
-    import canvaslab.invariant as invariant
+    from canvaslab.invariant.modes import Invariant
     from canvaslab.prompts import builtin_prompts
     from canvaslab.studies.batch_size import BatchStudySettings, run_batch_study
 
-    monkeypatch.setattr(invariant, "batch_invariant", lambda device=None: ops.library_overrides("CPU"))
-    monkeypatch.setattr(invariant, "swaps_cuda_modules", lambda model: True)  # fused RMSNorms, per-canvas lm_head
+    monkeypatch.setattr(ops, "batch_invariant", lambda device=None: ops.library_overrides("CPU"))
+    monkeypatch.setattr(Invariant, "swaps_cuda_modules", lambda self, model: True)  # fused RMSNorms, per-canvas lm_head
     settings = BatchStudySettings(batch_sizes=[1, 2, 3], fill="mixed", mode="invariant", repeat_control="same-process",
                                   generation={"max_denoising_steps": 1})
     calls = []

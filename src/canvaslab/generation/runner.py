@@ -25,8 +25,8 @@ from canvaslab.generation.fused_step import FusedStep, streamed_self_conditionin
 from canvaslab.generation.prompt_cache import build_prompt_cache, sliding_windows_compacted
 from canvaslab.generation.row_randomness import RowRandomness, request_key
 from canvaslab.generation.sampler import RowKeyedMultinomial, RowKeyedSampler
-from canvaslab.invariant import generation_mode, streams_vocabulary
-from canvaslab.invariant.padding import per_row_positions
+from canvaslab.invariant import Mode, mode_named
+from canvaslab.invariant.shadowing import shadowed
 from canvaslab.models.loading import compiles_generate
 
 RNG_MODES = ("row", "stock")
@@ -136,21 +136,6 @@ def _left_pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, device) -> 
     return ids, mask
 
 
-@contextlib.contextmanager
-def _instance_override(model, name: str, replacement):
-    """Shadow a bound method on this model instance only; restored on exit."""
-    had_own = name in vars(model)
-    previous = vars(model).get(name)
-    setattr(model, name, replacement)
-    try:
-        yield
-    finally:
-        if had_own:
-            setattr(model, name, previous)
-        else:
-            delattr(model, name)
-
-
 class _SamplerEntropy(TorchFunctionMode):
     """Catches the entropy ``accept_canvas`` computes: the tensor it sorts. Observers then need not
     recompute it over the whole vocabulary (the sampler's own values, at no cost)."""
@@ -219,7 +204,7 @@ def generate(
     copy_prompt_cache: bool = False,
     observers: Sequence[AcceptObserver] = (),
     generation: dict[str, Any] | None = None,
-    mode: str = "stock",
+    mode: str | Mode = "stock",
     initial_canvas: torch.Tensor | None = None,
 ) -> GenerationOutput:
     """Generate for a batch of token-id prompts with transformers' own DiffusionGemma loop.
@@ -227,8 +212,10 @@ def generate(
     ``rng="row"`` draws every random choice from per-row streams keyed by ``(seed, request, canvas,
     step)`` (``requests`` defaults to a hash of each prompt); ``rng="stock"`` keeps transformers' own
     sampling after ``torch.manual_seed(seed)``, for faithfulness checks. ``mode`` selects how batch-sensitive
-    ops are computed (``canvaslab.invariant``: stock, rowwise, invariant). ``initial_canvas`` ``(B, canvas)``
-    replaces the first canvas's random noise (the noise is still drawn, so later draws are unchanged).
+    ops are computed (``canvaslab.invariant``: stock, rowwise, invariant; a name or a mode object), and with
+    them the mode's parts of the loop (per-row positions, the compiled path, the fused step).
+    ``initial_canvas`` ``(B, canvas)`` replaces the first canvas's random noise (the noise is still drawn, so
+    later draws are unchanged).
     """
     if rng not in RNG_MODES:
         raise CanvaslabError(f"--rng {rng!r} is not one of: {', '.join(RNG_MODES)}")
@@ -236,6 +223,7 @@ def generate(
         raise CanvaslabError("no prompts to generate from")
     if any(len(prompt) == 0 for prompt in prompts):
         raise CanvaslabError("a prompt is empty after tokenization")
+    mode = mode_named(mode)
     model, batch = loaded.model, len(prompts)
     settings = resolve_generation(loaded.generation_defaults, generation)
     requests = list(requests) if requests is not None else [request_key(prompt) for prompt in prompts]
@@ -282,31 +270,29 @@ def generate(
         kwargs["cache"] = cache  # transformers >= 5.24 (past_key_values is deprecated there)
     else:
         input_ids, attention_mask = _left_pad_prompts(prompts, settings.get("pad_token_id") or 0, model.device)
-    compiled = mode == "invariant" and compiles_generate(model)
+    compiled = mode.takes_compiled_path(model)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(generation_mode(model, mode))
+        stack.enter_context(mode.generating(model, attention_mask))  # the mode, and its per-row positions
         if not compiles_generate(model):  # a static cache holds no views (and compiled code would trace the hooks)
             stack.enter_context(sliding_windows_compacted(model))
-        if mode == "invariant":
-            stack.enter_context(per_row_positions(model, attention_mask, always=compiled))
         if compiled:  # transformers' compiled static-cache path, compiled with canvaslab's ops inside
-            stack.enter_context(_instance_override(model, "_compile_functions", invariant_compile_functions(model)))
-        stack.enter_context(_instance_override(model, "_prepare_sampler", prepare_sampler))
-        stack.enter_context(_instance_override(model, "_prepare_diffusion_stopping_criteria", prepare_stopping))
-        if mode == "invariant" and randomness is not None and streams_vocabulary(model):
+            stack.enter_context(shadowed(model, "_compile_functions", invariant_compile_functions(model)))
+        stack.enter_context(shadowed(model, "_prepare_sampler", prepare_sampler))
+        stack.enter_context(shadowed(model, "_prepare_diffusion_stopping_criteria", prepare_stopping))
+        if randomness is not None and mode.streams_vocabulary(model):
             # The fused step draws in its kernel (no multinomial to answer, so no function mode on every op)
             fused = FusedStep(model, randomness, observers, fallback=model._denoising_step, compiled=compiled)
-            stack.enter_context(_instance_override(model, "_denoising_step", fused))
+            stack.enter_context(shadowed(model, "_denoising_step", fused))
             if not compiled:  # its hooks would be traced once into compiled code: there the decoder's own runs
                 stack.enter_context(streamed_self_conditioning(model))
         elif randomness is not None:
             multinomial = stack.enter_context(RowKeyedMultinomial(randomness))
             # The loop takes ``self.forward`` as its decoder pass: run it without the mode's per-op cost
-            stack.enter_context(_instance_override(model, "forward", multinomial.suspended_during(model.forward)))
+            stack.enter_context(shadowed(model, "forward", multinomial.suspended_during(model.forward)))
         else:
             torch.manual_seed(seed)
         _notify_phase(observers, "generate")
         output = model.generate(input_ids, attention_mask=attention_mask, return_dict_in_generate=True, **kwargs)
     rows = _row_results(loaded.tokenizer, prompts, output.sequences, input_ids.shape[1], settings, stopper)
-    return GenerationOutput(rows=rows, settings={**settings, "rng": rng, "seed": seed, "mode": mode,
+    return GenerationOutput(rows=rows, settings={**settings, "rng": rng, "seed": seed, "mode": mode.name,
                                                  "copy_prompt_cache": copy_prompt_cache})

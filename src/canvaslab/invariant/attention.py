@@ -28,7 +28,7 @@ stock's, and none of the per-row calls and padding bookkeeping inside it, which 
 
 from __future__ import annotations
 
-import functools
+import contextlib
 from collections import defaultdict
 from typing import NamedTuple
 
@@ -66,16 +66,54 @@ def _explicit_mask(query, key, mask, is_causal):
     return _causal_mask(query.shape[2], key.shape[2], query.device)
 
 
-@functools.lru_cache(maxsize=8)
+class MaskCaches:
+    """What invariant attention keeps between calls, for the mode's lifetime (``mask_caches``).
+
+    ``causal``: one causal mask per shape, so its row grouping is looked up once per pass, like transformers'
+    masks (at most 8). ``groups``: every layer of one kind gets the same mask in a forward pass, so its grouping
+    is computed once (at most 4). A mask is known by where its values live and their version (compiled code
+    hands the op a fresh view of the same mask on every call); the cache holds the mask itself, so its memory
+    cannot be reused while the entry lives, and the caches go with the mode, so nothing outlives it.
+    """
+
+    def __init__(self):
+        self.causal: dict[tuple, torch.Tensor] = {}
+        self.groups: dict[tuple, tuple[torch.Tensor, dict]] = {}
+
+
+_caches: MaskCaches | None = None  # set while invariant mode is on (``mask_caches``)
+
+
+@contextlib.contextmanager
+def mask_caches():
+    """Causal masks and row groupings kept for the block (invariant mode's lifetime; a nested block shares the
+    outer one's) and dropped on exit. Outside such a block nothing is kept: each call computes its own."""
+    global _caches
+    outer = _caches
+    _caches = outer if outer is not None else MaskCaches()
+    try:
+        yield _caches
+    finally:
+        _caches = outer
+
+
 def _causal_mask(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
-    # One tensor per shape, so its row grouping is looked up once per pass, like transformers' masks.
+    if torch.compiler.is_compiling():  # compiled code makes it in its graph (nothing of the host's to keep)
+        return _new_causal_mask(q_len, kv_len, device)
+    caches = _caches
+    if caches is None:
+        return _new_causal_mask(q_len, kv_len, device)
+    key = (q_len, kv_len, device)
+    mask = caches.causal.get(key)
+    if mask is None:
+        if len(caches.causal) >= 8:
+            caches.causal.pop(next(iter(caches.causal)))
+        mask = caches.causal[key] = _new_causal_mask(q_len, kv_len, device)
+    return mask
+
+
+def _new_causal_mask(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
     return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()[None, None]
-
-
-# Every layer of one kind gets the same mask in a forward pass: its grouping is computed once. A mask is
-# known by where its values live and their version (compiled code hands the op a fresh view of the same
-# mask on every call); the cache holds the mask itself, so its memory cannot be reused while the entry lives.
-_GROUPS_CACHE: dict[tuple, tuple[torch.Tensor, dict]] = {}
 
 
 def _mask_key(mask: torch.Tensor) -> tuple:
@@ -83,18 +121,25 @@ def _mask_key(mask: torch.Tensor) -> tuple:
             mask._version)
 
 
+def _grouped_rows(mask: torch.Tensor) -> dict[RowGroup, torch.Tensor]:
+    return {group: torch.tensor(rows, device=mask.device) for group, rows in _compute_row_groups(mask).items()}
+
+
 def _row_groups(mask: torch.Tensor | None, batch: int) -> dict[RowGroup, torch.Tensor]:
     """Each group's rows as an index tensor on the mask's device: indexing with it needs no copy from the host,
     so a pass can be captured in a CUDA graph once its groups are cached."""
     if mask is None:
         return {RowGroup(0, 0, False): None}
-    key = _mask_key(mask)
-    cached = _GROUPS_CACHE.get(key)
-    if cached is None:
-        if len(_GROUPS_CACHE) >= 4:
-            _GROUPS_CACHE.pop(next(iter(_GROUPS_CACHE)))
-        groups = {group: torch.tensor(rows, device=mask.device) for group, rows in _compute_row_groups(mask).items()}
-        cached = _GROUPS_CACHE[key] = (mask, groups)
+    caches = _caches
+    if caches is None:
+        cached = (mask, _grouped_rows(mask))
+    else:
+        key = _mask_key(mask)
+        cached = caches.groups.get(key)
+        if cached is None:
+            if len(caches.groups) >= 4:
+                caches.groups.pop(next(iter(caches.groups)))
+            cached = caches.groups[key] = (mask, _grouped_rows(mask))
     if mask.shape[0] == 1:  # one mask shared by every row
         return dict.fromkeys(cached[1], None)
     return cached[1]

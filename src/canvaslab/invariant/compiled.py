@@ -8,7 +8,8 @@ each can change a row's rounding with the batch. ``invariant_backend`` is Induct
 - a decomposition table (applied by AOTAutograd as it traces to aten, before Inductor sees the graph)
   that maps every batch-sensitive aten op (mm, addmm, bmm, softmax, log_softmax, logsumexp, float sum
   and mean, sort, topk) onto the ``canvaslab::`` custom ops (``canvaslab.invariant.custom_ops``), whose
-  kernels fix the reduction order by the reduced size; Inductor keeps them as opaque calls;
+  kernels fix the reduction order by the reduced size; Inductor keeps them as opaque calls. Each row of
+  the op table (``canvaslab.invariant.ops.TABLE``) gives its op's decompositions (``DECOMPOSITIONS``);
 - a last post-grad pass, ``RefuseBatchVariantReductions``, that fails the compilation if anything in
   the final graph still reduces floating-point values in an order the compiler chooses: an aten
   reduction or matmul, attention, a float scatter-add, an unstable sort, or an op of another library.
@@ -23,94 +24,7 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from canvaslab.invariant import custom_ops
-from canvaslab.invariant.ops import _reduced_last, _restore_dims
-
-aten = torch.ops.aten
-
-
-# --- aten -> canvaslab while tracing ------------------------------------------------------------------
-
-
-def _float(*tensors: torch.Tensor) -> bool:
-    return all(t.is_floating_point() for t in tensors)
-
-
-def _mm(a, b):
-    return custom_ops.matmul(a, b, None) if _float(a, b) else NotImplemented
-
-
-def _addmm(bias, a, b, *, beta=1, alpha=1):
-    if not _float(a, b):
-        return NotImplemented
-    if beta == 1 and alpha == 1 and bias.dim() == 1:
-        return custom_ops.matmul(a, b, bias)
-    out = custom_ops.matmul(a, b, None)
-    out = out if alpha == 1 else out * alpha
-    return out if beta == 0 else out + (bias if beta == 1 else bias * beta)
-
-
-def _normalise(kind: str):
-    def decomposition(x, dim, half_to_float):
-        out_dtype = torch.float32 if half_to_float else x.dtype
-        return custom_ops.row_reduce(x.movedim(dim, -1), kind, out_dtype).movedim(-1, dim)
-    return decomposition
-
-
-def _reduce(x, dims, keepdim, kind, out_dtype):
-    if dims is not None and len(dims) == 1 and dims[0] % max(x.dim(), 1) == x.dim() - 1:
-        out = custom_ops.row_reduce(x, kind, out_dtype)
-        return out.unsqueeze(-1) if keepdim else out
-    rows, dims = _reduced_last(x, dims)
-    return _restore_dims(custom_ops.row_reduce(rows, kind, out_dtype), dims, keepdim)
-
-
-def _sum_or_mean(kind: str):
-    def decomposition(x, dim=None, keepdim=False, *, dtype=None):
-        if not x.is_floating_point() or x.dim() == 0:  # integer sums are exact in any order
-            return NotImplemented
-        return _reduce(x, dim or None, keepdim, kind, dtype or x.dtype)
-    return decomposition
-
-
-def _whole(kind: str):
-    def decomposition(x, *, dtype=None):
-        return _sum_or_mean(kind)(x, None, False, dtype=dtype)
-    return decomposition
-
-
-def _logsumexp(x, dim, keepdim=False):
-    return _reduce(x, dim, keepdim, "logsumexp", x.dtype) if x.is_floating_point() and x.dim() else NotImplemented
-
-
-def _sort(x, dim=-1, descending=False):
-    return custom_ops.sort(x, dim, descending)
-
-
-def _sort_stable(x, *, stable=None, dim=-1, descending=False):
-    return custom_ops.sort(x, dim, descending)
-
-
-def _topk(x, k, dim=-1, largest=True, sorted=True):
-    # A stable sort has exactly one answer, ties included; topk's may depend on the algorithm.
-    values, indices = custom_ops.sort(x, dim, largest)
-    return values.narrow(dim, 0, k), indices.narrow(dim, 0, k)
-
-
-DECOMPOSITIONS = {
-    aten.mm.default: _mm,
-    aten.addmm.default: _addmm,
-    aten.bmm.default: _mm,
-    aten._softmax.default: _normalise("softmax"),
-    aten._log_softmax.default: _normalise("log_softmax"),
-    aten.logsumexp.default: _logsumexp,
-    aten.sum.dim_IntList: _sum_or_mean("sum"),
-    aten.sum.default: _whole("sum"),
-    aten.mean.dim: _sum_or_mean("mean"),
-    aten.mean.default: _whole("mean"),
-    aten.sort.default: _sort,
-    aten.sort.stable: _sort_stable,
-    aten.topk.default: _topk,
-}
+from canvaslab.invariant.ops import DECOMPOSITIONS  # aten -> canvaslab while tracing: the op table's decompositions
 
 
 # --- the check on the final graph --------------------------------------------------------------------
@@ -205,8 +119,8 @@ def invariant_backend(graph_module: torch.fx.GraphModule, example_inputs):
 
     # emulate_precision_casts: Inductor's fused elementwise code rounds to the tensor's dtype (bf16) wherever
     # eager code does; by default it keeps float32 in between, and on a real-shapes model that moved router
-    # scores enough to change the first pass's logits by up to 3.6 on the H200 (session 7, see
-    # benchmarks/results/h200_compiled_s7/NOTES.md).
+    # scores enough to change the first pass's logits by up to 3.6 on the H200
+    # (benchmarks/results/h200_compiled_s7/NOTES.md at commit cfcbda3).
     patches = {"post_grad_custom_post_pass": RefuseBatchVariantReductions(), "triton.cudagraphs": False,
                "emulate_precision_casts": True}
     return compile_fx(graph_module, example_inputs, decompositions=decompositions(), config_patches=patches)

@@ -12,9 +12,10 @@ queries and keys (two products, a negation, a concatenation, a sum), ~40% of a l
 traffic at B=32. Each attention module's ``forward`` is therefore replaced too, by transformers' own steps
 with the query and key norms and their rotary embedding in one launch (``rms_norm(..., rope=(cos, sin))``).
 It rounds where the eager ops round, except that on a GPU the compiler contracts the rotary sum and its
-second product into one bf16 fma (``benchmarks/triton_rounding_probe.py``): within one bf16 unit in the last
-place of the eager ops (H200, session 12: in 5-23% of the elements), the same in every batch. On the 30-layer
-model at B=32 it took a pass from 7.54 to 6.71 ms per row (session 11). ``FUSE_ROTARY`` switches it off.
+second product into one bf16 fma (``benchmarks/triton_rounding_probe.py`` at commit cfcbda3): within one bf16
+unit in the last place of the eager ops (H200: in 5-23% of the elements,
+``benchmarks/results/h200-invariant/NOTES.md``), the same in every batch. On the 30-layer model at B=32 it took a pass from 7.54 to 6.71 ms per row
+(``benchmarks/results/h200_s11/NOTES.md`` at commit cfcbda3). ``FUSE_ROTARY`` switches it off.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import contextlib
 from torch import nn
 
 from canvaslab.invariant import custom_ops
+from canvaslab.invariant.shadowing import all_shadowed
 from canvaslab.models import anatomy
 
 FUSE_ROTARY = True  # the query/key norms and their rotary embedding in one launch; probes compare with it off
@@ -89,12 +91,7 @@ def fused_rms_norms(model: nn.Module):
     norms = [module for module in model.modules() if isinstance(module, anatomy.RMS_NORM_CLASS)]
     attentions = [module for module in model.modules() if FUSE_ROTARY
                   and isinstance(module, (anatomy.ENCODER_ATTENTION_CLASS, anatomy.DECODER_ATTENTION_CLASS))]
-    for module in norms:
-        module.forward = _fused_forward(module)
-    for module in attentions:
-        module.forward = _fused_attention_forward(module)
-    try:
+    forwards = [*((module, "forward", _fused_forward(module)) for module in norms),
+                *((module, "forward", _fused_attention_forward(module)) for module in attentions)]
+    with all_shadowed(forwards):
         yield
-    finally:
-        for module in norms + attentions:
-            del module.forward

@@ -1,15 +1,25 @@
-"""The aten ops whose results can depend on batch shape, computed so they cannot.
+"""The aten ops whose results can depend on batch shape, computed so they cannot: one table, ``TABLE``.
 
-One switch, two installations, chosen by device:
+Each batch-sensitive aten op is one row (``InvariantOp``): the op, its CUDA kernel (``<op>_batch_invariant``),
+its CPU path (``<op>_batch_invariant_cpu``), the ``canvaslab::`` custom op compiled code runs in its place and
+the compiler's decomposition onto it (``<op>_decomposition``), and the op-scan case that runs it at the model's
+shapes. Everything else is computed from the table: the CUDA overrides (``library_overrides``), the CPU dispatch
+(``BatchInvariantMode``), the compiled backend's decompositions (``DECOMPOSITIONS``, used by
+``canvaslab.invariant.compiled``) and the environment fingerprint's list (``REPLACED_OPS``). Adding an op is
+adding a row (docs/invariant-generation.md, "How to add an invariant op").
 
-- **CUDA**: ``library_overrides()`` registers Python kernels for the replaced aten ops at the CUDA
-  dispatch key with ``torch.library`` (removed again on exit). Only these ops leave C++, and each runs
-  a Triton kernel (fixed tiles, reduction order fixed by the reduced size). These kernels handle every
-  case of their op (any reduced dims, any dtype), since the stock CUDA kernel is hidden while they are
-  registered.
-- **CPU**: ``BatchInvariantMode``, a ``TorchDispatchMode``. The CPU path computes with the *stock*
-  kernels at batch-independent shapes (``canvaslab.invariant.cpu``); inside ``__torch_dispatch__`` the
-  mode is off, so the stock kernel is reachable there, which an override of the CPU kernel would hide.
+One switch (``batch_invariant``), two installations, chosen by device:
+
+- **CUDA**: ``library_overrides()`` registers each row's CUDA kernel over the aten op's at the CUDA dispatch
+  key with ``torch.library`` (removed again on exit). Only these ops leave C++, and each runs a Triton kernel
+  (fixed tiles, reduction order fixed by the reduced size) or a cuBLAS call checked invariant. These kernels
+  handle every case of their op (any reduced dims, any dtype), since the stock CUDA kernel is hidden while
+  they are registered.
+- **CPU**: ``BatchInvariantMode``, a ``TorchDispatchMode`` that sends each row's op to its CPU path. The CPU
+  path computes with the *stock* kernels at batch-independent shapes (``canvaslab.invariant.cpu``); inside
+  ``__torch_dispatch__`` the mode is off, so the stock kernel is reachable there, which an override of the
+  CPU kernel would hide. A CPU path returns ``NotImplemented`` for the cases it leaves to stock (integer
+  sums, reductions over other dims).
 
 Library overrides are process-wide while active; a dispatch mode is per thread.
 """
@@ -18,22 +28,24 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from canvaslab.invariant import cpu
+from canvaslab.invariant import cpu, custom_ops
 
 aten = torch.ops.aten
-
-# The ops replaced, for the environment fingerprint.
-REPLACED_OPS = ("aten.mm", "aten.addmm", "aten.bmm", "aten._softmax", "aten._log_softmax", "aten.logsumexp",
-                "aten.sum.dim_IntList", "aten.mean.dim", "aten.topk", "aten.sort")
 
 
 def _last_dim(x: torch.Tensor, dim) -> bool:
     dims = dim if isinstance(dim, (list, tuple)) else [dim]
     return len(dims) == 1 and dims[0] % max(x.dim(), 1) == x.dim() - 1
+
+
+def _float(*tensors: torch.Tensor) -> bool:
+    return all(t.is_floating_point() for t in tensors)
 
 
 def _triton():
@@ -42,105 +54,10 @@ def _triton():
     return triton_kernels
 
 
-class BatchInvariantMode(TorchDispatchMode):
-    """Routes batch-sensitive aten ops to batch-invariant implementations."""
+def _dense_matmul(a, b, bias=None):
+    from canvaslab.invariant import cublas  # cuBLAS where a per-shape check finds it invariant, else Triton
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        handler = _HANDLERS.get(func)
-        if handler is not None:
-            result = handler(func, *args, **kwargs)
-            if result is not NotImplemented:
-                return result
-        return func(*args, **kwargs)
-
-
-def _float(*tensors: torch.Tensor) -> bool:
-    return all(t.is_floating_point() for t in tensors)
-
-
-def _mm(func, a, b):
-    if not _float(a, b) or a.dim() != 2:
-        return NotImplemented
-    if a.is_cuda:
-        return _dense_matmul(a, b)
-    return cpu.mm(func, a, b)
-
-
-def _addmm(func, bias, a, b, beta=1, alpha=1):
-    if not _float(a, b) or beta != 1 or alpha != 1 or bias.dim() != 1:
-        return NotImplemented
-    if a.is_cuda:
-        return _dense_matmul(a, b, bias=bias)
-    return cpu.mm(aten.mm.default, a, b) + bias
-
-
-def _bmm(func, a, b):
-    if not _float(a, b):
-        return NotImplemented
-    if a.is_cuda:
-        return _triton().matmul(a, b)
-    return torch.stack([cpu.mm(aten.mm.default, a[i], b[i]) for i in range(a.shape[0])])
-
-
-def _softmax_like(kind):
-    def handler(func, x, dim, half_to_float):
-        if not _last_dim(x, dim) or not x.is_floating_point():
-            return NotImplemented
-        out_dtype = torch.float32 if half_to_float else x.dtype
-        if x.is_cuda:
-            return _triton().row_reduce(x, kind, out_dtype)
-        return cpu.row_op(lambda rows: func(rows, -1, half_to_float), x)
-    return handler
-
-
-def _logsumexp(func, x, dim, keepdim=False):
-    if not _last_dim(x, dim) or not x.is_floating_point():
-        return NotImplemented
-    out = _triton().row_reduce(x, "logsumexp", x.dtype) if x.is_cuda else cpu.row_op(lambda r: func(r, [-1]), x)
-    return out.unsqueeze(-1) if keepdim else out
-
-
-def _sum_or_mean(kind):
-    def handler(func, x, dim, keepdim=False, dtype=None):
-        if dim is None or not _last_dim(x, dim) or not x.is_floating_point():
-            return NotImplemented
-        out_dtype = dtype or x.dtype
-        if x.is_cuda:
-            out = _triton().row_reduce(x, kind, out_dtype)
-        else:
-            out = cpu.row_op(lambda r: func(r, [-1], False, dtype=dtype), x)
-        return out.unsqueeze(-1) if keepdim else out
-    return handler
-
-
-def _topk(func, x, k, dim=-1, largest=True, sorted=True):
-    # A stable sort has exactly one answer, ties included, whatever algorithm runs it; topk's may not.
-    values, indices = torch.sort(x, dim=dim, descending=largest, stable=True)
-    return values.narrow(dim, 0, k), indices.narrow(dim, 0, k)
-
-
-def _sort(func, x, dim=-1, descending=False):
-    # The sampler sorts entropies: with ties, an unstable sort may order them differently per algorithm,
-    # which moves the acceptance cut-off between tied positions. A stable sort has one answer.
-    return aten.sort.stable(x, stable=True, dim=dim, descending=descending)
-
-
-_HANDLERS = {
-    aten.sort.default: _sort,
-    aten.mm.default: _mm,
-    aten.addmm.default: _addmm,
-    aten.bmm.default: _bmm,
-    aten._softmax.default: _softmax_like("softmax"),
-    aten._log_softmax.default: _softmax_like("log_softmax"),
-    aten.logsumexp.default: _logsumexp,
-    aten.sum.dim_IntList: _sum_or_mean("sum"),
-    aten.mean.dim: _sum_or_mean("mean"),
-    aten.topk.default: _topk,
-}
-
-
-# --- CUDA: torch.library overrides --------------------------------------------------------------------
+    return cublas.matmul(a, b, bias=bias)
 
 
 def _reduced_last(x: torch.Tensor, dims) -> tuple[torch.Tensor, list[int]]:
@@ -156,7 +73,8 @@ def _restore_dims(out: torch.Tensor, dims: list[int], keepdim: bool) -> torch.Te
     return out
 
 
-def _reduce(x: torch.Tensor, dims, keepdim: bool, kind: str, out_dtype: torch.dtype) -> torch.Tensor:
+def _reduce_on_cuda(x: torch.Tensor, dims, keepdim: bool, kind: str, out_dtype: torch.dtype) -> torch.Tensor:
+    """A reduction over any dims by the Triton row reduction (the CUDA kernels' shared part)."""
     last_dim_only = dims is not None and len(dims) == 1 and dims[0] in (-1, x.dim() - 1)
     if x.dim() and x.numel() and last_dim_only:  # the usual case, kept short
         return _triton().row_reduce(x, kind, out_dtype, keepdim)
@@ -169,9 +87,175 @@ def _reduce(x: torch.Tensor, dims, keepdim: bool, kind: str, out_dtype: torch.dt
     return _restore_dims(out, dims, keepdim)
 
 
-def _cuda_sum(x, dim=None, keepdim=False, *, dtype=None):
+def _reduce_as_op(x, dims, keepdim, kind, out_dtype):
+    """A reduction over any dims as ``canvaslab::row_reduce`` (the decompositions' shared part)."""
+    if dims is not None and len(dims) == 1 and dims[0] % max(x.dim(), 1) == x.dim() - 1:
+        out = custom_ops.row_reduce(x, kind, out_dtype)
+        return out.unsqueeze(-1) if keepdim else out
+    rows, dims = _reduced_last(x, dims)
+    return _restore_dims(custom_ops.row_reduce(rows, kind, out_dtype), dims, keepdim)
+
+
+# --- each op: its CUDA kernel, its CPU path (``func`` first: the stock kernel), its compiler decomposition ---
+
+# mm
+
+
+def mm_batch_invariant(a, b):
+    return _dense_matmul(a, b)
+
+
+def mm_batch_invariant_cpu(func, a, b):
+    if not _float(a, b) or a.dim() != 2:
+        return NotImplemented
+    if a.is_cuda:
+        return _dense_matmul(a, b)
+    return cpu.mm(func, a, b)
+
+
+def mm_decomposition(a, b):
+    return custom_ops.matmul(a, b, None) if _float(a, b) else NotImplemented
+
+
+# addmm
+
+
+def addmm_batch_invariant(bias, a, b, *, beta=1, alpha=1):
+    if beta == 1 and alpha == 1 and bias.dim() == 1:
+        return _dense_matmul(a, b, bias=bias)
+    out = _dense_matmul(a, b)
+    out = out if alpha == 1 else out * alpha
+    return out if beta == 0 else out + (bias if beta == 1 else bias * beta)
+
+
+def addmm_batch_invariant_cpu(func, bias, a, b, beta=1, alpha=1):
+    if not _float(a, b) or beta != 1 or alpha != 1 or bias.dim() != 1:
+        return NotImplemented
+    if a.is_cuda:
+        return _dense_matmul(a, b, bias=bias)
+    return cpu.mm(aten.mm.default, a, b) + bias
+
+
+def addmm_decomposition(bias, a, b, *, beta=1, alpha=1):
+    if not _float(a, b):
+        return NotImplemented
+    if beta == 1 and alpha == 1 and bias.dim() == 1:
+        return custom_ops.matmul(a, b, bias)
+    out = custom_ops.matmul(a, b, None)
+    out = out if alpha == 1 else out * alpha
+    return out if beta == 0 else out + (bias if beta == 1 else bias * beta)
+
+
+# bmm
+
+
+def bmm_batch_invariant(a, b):
+    return _triton().matmul(a, b)
+
+
+def bmm_batch_invariant_cpu(func, a, b):
+    if not _float(a, b):
+        return NotImplemented
+    if a.is_cuda:
+        return _triton().matmul(a, b)
+    return torch.stack([cpu.mm(aten.mm.default, a[i], b[i]) for i in range(a.shape[0])])
+
+
+def bmm_decomposition(a, b):
+    return custom_ops.matmul(a, b, None) if _float(a, b) else NotImplemented  # the op takes batched operands too
+
+
+# _softmax and _log_softmax: a normalisation over one dim
+
+
+def _normalise_on_cuda(x, dim, half_to_float, kind):
+    out_dtype = torch.float32 if half_to_float else x.dtype
+    if x.numel() == 0:
+        return torch.empty_like(x, dtype=out_dtype)
+    moved = x.movedim(dim, -1)
+    return _triton().row_reduce(moved, kind, out_dtype).movedim(-1, dim).contiguous()
+
+
+def _normalise_on_cpu(func, x, dim, half_to_float, kind):
+    if not _last_dim(x, dim) or not x.is_floating_point():
+        return NotImplemented
+    out_dtype = torch.float32 if half_to_float else x.dtype
+    if x.is_cuda:
+        return _triton().row_reduce(x, kind, out_dtype)
+    return cpu.row_op(lambda rows: func(rows, -1, half_to_float), x)
+
+
+def _normalise_as_op(x, dim, half_to_float, kind):
+    out_dtype = torch.float32 if half_to_float else x.dtype
+    return custom_ops.row_reduce(x.movedim(dim, -1), kind, out_dtype).movedim(-1, dim)
+
+
+def softmax_batch_invariant(x, dim, half_to_float):
+    return _normalise_on_cuda(x, dim, half_to_float, "softmax")
+
+
+def softmax_batch_invariant_cpu(func, x, dim, half_to_float):
+    return _normalise_on_cpu(func, x, dim, half_to_float, "softmax")
+
+
+def softmax_decomposition(x, dim, half_to_float):
+    return _normalise_as_op(x, dim, half_to_float, "softmax")
+
+
+def log_softmax_batch_invariant(x, dim, half_to_float):
+    return _normalise_on_cuda(x, dim, half_to_float, "log_softmax")
+
+
+def log_softmax_batch_invariant_cpu(func, x, dim, half_to_float):
+    return _normalise_on_cpu(func, x, dim, half_to_float, "log_softmax")
+
+
+def log_softmax_decomposition(x, dim, half_to_float):
+    return _normalise_as_op(x, dim, half_to_float, "log_softmax")
+
+
+# logsumexp
+
+
+def logsumexp_batch_invariant(x, dim, keepdim=False):
+    x = x if x.is_floating_point() else x.to(torch.get_default_dtype())
+    return _reduce_on_cuda(x, dim, keepdim, "logsumexp", x.dtype)
+
+
+def logsumexp_batch_invariant_cpu(func, x, dim, keepdim=False):
+    if not _last_dim(x, dim) or not x.is_floating_point():
+        return NotImplemented
+    out = _triton().row_reduce(x, "logsumexp", x.dtype) if x.is_cuda else cpu.row_op(lambda r: func(r, [-1]), x)
+    return out.unsqueeze(-1) if keepdim else out
+
+
+def logsumexp_decomposition(x, dim, keepdim=False):
+    return _reduce_as_op(x, dim, keepdim, "logsumexp", x.dtype) if x.is_floating_point() and x.dim() else NotImplemented
+
+
+# sum and mean over dims (and, compiled, over the whole tensor)
+
+
+def _sum_or_mean_on_cpu(func, x, dim, keepdim, dtype, kind):
+    if dim is None or not _last_dim(x, dim) or not x.is_floating_point():
+        return NotImplemented
+    out_dtype = dtype or x.dtype
+    if x.is_cuda:
+        out = _triton().row_reduce(x, kind, out_dtype)
+    else:
+        out = cpu.row_op(lambda r: func(r, [-1], False, dtype=dtype), x)
+    return out.unsqueeze(-1) if keepdim else out
+
+
+def _sum_or_mean_as_op(x, dim, keepdim, dtype, kind):
+    if not x.is_floating_point() or x.dim() == 0:  # integer sums are exact in any order
+        return NotImplemented
+    return _reduce_as_op(x, dim or None, keepdim, kind, dtype or x.dtype)
+
+
+def sum_batch_invariant(x, dim=None, keepdim=False, *, dtype=None):
     if x.is_floating_point() or (dtype is not None and dtype.is_floating_point):
-        return _reduce(x if x.is_floating_point() else x.to(dtype), dim, keepdim, "sum", dtype or x.dtype)
+        return _reduce_on_cuda(x if x.is_floating_point() else x.to(dtype), dim, keepdim, "sum", dtype or x.dtype)
     # Integer sums are exact in any order; a cumulative sum's last entry is one without aten.sum.
     rows, dims = _reduced_last(x, dim)
     out_dtype = dtype or torch.int64
@@ -182,83 +266,178 @@ def _cuda_sum(x, dim=None, keepdim=False, *, dtype=None):
     return _restore_dims(out, dims, keepdim)
 
 
-def _cuda_mean(x, dim=None, keepdim=False, *, dtype=None):
+def sum_batch_invariant_cpu(func, x, dim, keepdim=False, dtype=None):
+    return _sum_or_mean_on_cpu(func, x, dim, keepdim, dtype, "sum")
+
+
+def sum_decomposition(x, dim=None, keepdim=False, *, dtype=None):
+    return _sum_or_mean_as_op(x, dim, keepdim, dtype, "sum")
+
+
+def sum_whole_decomposition(x, *, dtype=None):
+    return sum_decomposition(x, None, False, dtype=dtype)
+
+
+def mean_batch_invariant(x, dim=None, keepdim=False, *, dtype=None):
     if not (x.is_floating_point() or (dtype is not None and dtype.is_floating_point)):
         raise RuntimeError(f"mean(): could not infer output dtype; input dtype {x.dtype} is not floating point")
-    return _reduce(x if x.is_floating_point() else x.to(dtype), dim, keepdim, "mean", dtype or x.dtype)
+    return _reduce_on_cuda(x if x.is_floating_point() else x.to(dtype), dim, keepdim, "mean", dtype or x.dtype)
 
 
-def _cuda_logsumexp(x, dim, keepdim=False):
-    x = x if x.is_floating_point() else x.to(torch.get_default_dtype())
-    return _reduce(x, dim, keepdim, "logsumexp", x.dtype)
+def mean_batch_invariant_cpu(func, x, dim, keepdim=False, dtype=None):
+    return _sum_or_mean_on_cpu(func, x, dim, keepdim, dtype, "mean")
 
 
-def _cuda_normalise(kind):
-    def kernel(x, dim, half_to_float):
-        out_dtype = torch.float32 if half_to_float else x.dtype
-        if x.numel() == 0:
-            return torch.empty_like(x, dtype=out_dtype)
-        moved = x.movedim(dim, -1)
-        return _triton().row_reduce(moved, kind, out_dtype).movedim(-1, dim).contiguous()
-    return kernel
+def mean_decomposition(x, dim=None, keepdim=False, *, dtype=None):
+    return _sum_or_mean_as_op(x, dim, keepdim, dtype, "mean")
 
 
-def _dense_matmul(a, b, bias=None):
-    from canvaslab.invariant import cublas  # cuBLAS where a per-shape check finds it invariant, else Triton
-
-    return cublas.matmul(a, b, bias=bias)
+def mean_whole_decomposition(x, *, dtype=None):
+    return mean_decomposition(x, None, False, dtype=dtype)
 
 
-def _cuda_mm(a, b):
-    return _dense_matmul(a, b)
+# topk and sort: a stable sort has exactly one answer, ties included, whatever algorithm runs it
 
 
-def _cuda_addmm(bias, a, b, *, beta=1, alpha=1):
-    if beta == 1 and alpha == 1 and bias.dim() == 1:
-        return _dense_matmul(a, b, bias=bias)
-    out = _dense_matmul(a, b)
-    out = out if alpha == 1 else out * alpha
-    return out if beta == 0 else out + (bias if beta == 1 else bias * beta)
+def topk_batch_invariant_cpu(func, x, k, dim=-1, largest=True, sorted=True):
+    # topk's answer among ties may depend on the algorithm; the stable sort's may not.
+    values, indices = torch.sort(x, dim=dim, descending=largest, stable=True)
+    return values.narrow(dim, 0, k), indices.narrow(dim, 0, k)
 
 
-def _cuda_bmm(a, b):
-    return _triton().matmul(a, b)
+def topk_batch_invariant(x, k, dim=-1, largest=True, sorted=True):
+    return tuple(t.contiguous() for t in topk_batch_invariant_cpu(None, x, k, dim, largest, sorted))
 
 
-def _cuda_topk(x, k, dim=-1, largest=True, sorted=True):
-    return tuple(t.contiguous() for t in _topk(None, x, k, dim, largest, sorted))
+def topk_decomposition(x, k, dim=-1, largest=True, sorted=True):
+    values, indices = custom_ops.sort(x, dim, largest)
+    return values.narrow(dim, 0, k), indices.narrow(dim, 0, k)
 
 
-def _cuda_sort(x, dim=-1, descending=False):
-    return _sort(None, x, dim, descending)
+def sort_batch_invariant_cpu(func, x, dim=-1, descending=False):
+    # The sampler sorts entropies: with ties, an unstable sort may order them differently per algorithm,
+    # which moves the acceptance cut-off between tied positions. A stable sort has one answer.
+    return aten.sort.stable(x, stable=True, dim=dim, descending=descending)
 
 
-_LIBRARY_KERNELS = {
-    "sort": _cuda_sort,
-    "mm": _cuda_mm,
-    "addmm": _cuda_addmm,
-    "bmm": _cuda_bmm,
-    "_softmax": _cuda_normalise("softmax"),
-    "_log_softmax": _cuda_normalise("log_softmax"),
-    "logsumexp": _cuda_logsumexp,
-    "sum.dim_IntList": _cuda_sum,
-    "mean.dim": _cuda_mean,
-    "topk": _cuda_topk,
-}
+def sort_batch_invariant(x, dim=-1, descending=False):
+    return sort_batch_invariant_cpu(None, x, dim, descending)
+
+
+def sort_decomposition(x, dim=-1, descending=False):
+    return custom_ops.sort(x, dim, descending)
+
+
+def sort_stable_decomposition(x, *, stable=None, dim=-1, descending=False):
+    return custom_ops.sort(x, dim, descending)
+
+
+# --- the table ----------------------------------------------------------------------------------------
+
+
+def _overload(name: str) -> torch._ops.OpOverload:
+    """``"mm"`` -> ``aten.mm.default``, ``"sum.dim_IntList"`` -> ``aten.sum.dim_IntList``."""
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(aten, packet), overload or "default")
+
+
+@dataclass(frozen=True)
+class InvariantOp:
+    """One batch-sensitive aten op and everything that replaces it: a row of ``TABLE``."""
+
+    aten: str  # the overload replaced, as ``torch.library`` names it: "mm", "sum.dim_IntList"
+    cuda: Callable  # its kernel at the CUDA dispatch key (``library_overrides``), called with the op's arguments
+    cpu: Callable  # its CPU path under ``BatchInvariantMode``: ``(func, *args)``, NotImplemented leaves a case to stock
+    custom_op: Callable  # the ``canvaslab::`` op (``canvaslab.invariant.custom_ops``) compiled code runs in its place
+    decomposition: Callable  # the compiler's mapping of the op onto ``custom_op`` (``canvaslab.invariant.compiled``)
+    scan: str | None  # the op-scan case that runs it (``canvaslab.invariant.op_scan``); None: DiffusionGemma never does
+    variants: tuple[tuple[str, Callable], ...] = ()  # the op's other overloads the compiler maps too, and how
+
+    @property
+    def overload(self) -> torch._ops.OpOverload:
+        return _overload(self.aten)
+
+    @property
+    def fingerprint(self) -> str:
+        """Its name in the environment fingerprint (``canvaslab.invariant.replaced_ops``)."""
+        return f"aten.{self.aten}"
+
+    def decompositions(self) -> dict:
+        return {self.overload: self.decomposition, **{_overload(name): fn for name, fn in self.variants}}
+
+
+TABLE = (
+    InvariantOp("mm", mm_batch_invariant, mm_batch_invariant_cpu, custom_ops.matmul, mm_decomposition,
+                scan="encoder k_proj, last prompt token"),
+    InvariantOp("addmm", addmm_batch_invariant, addmm_batch_invariant_cpu, custom_ops.matmul, addmm_decomposition,
+                scan=None),
+    InvariantOp("bmm", bmm_batch_invariant, bmm_batch_invariant_cpu, custom_ops.matmul, bmm_decomposition,
+                scan=None),
+    InvariantOp("_softmax", softmax_batch_invariant, softmax_batch_invariant_cpu, custom_ops.row_reduce,
+                softmax_decomposition, scan="softmax fp32 over vocab"),
+    InvariantOp("_log_softmax", log_softmax_batch_invariant, log_softmax_batch_invariant_cpu, custom_ops.row_reduce,
+                log_softmax_decomposition, scan=None),
+    InvariantOp("logsumexp", logsumexp_batch_invariant, logsumexp_batch_invariant_cpu, custom_ops.row_reduce,
+                logsumexp_decomposition, scan="sampler entropy (logsumexp)"),
+    InvariantOp("sum.dim_IntList", sum_batch_invariant, sum_batch_invariant_cpu, custom_ops.row_reduce,
+                sum_decomposition, scan="sampler entropy (logsumexp)", variants=(("sum", sum_whole_decomposition),)),
+    InvariantOp("mean.dim", mean_batch_invariant, mean_batch_invariant_cpu, custom_ops.row_reduce,
+                mean_decomposition, scan="RMSNorm", variants=(("mean", mean_whole_decomposition),)),
+    InvariantOp("topk", topk_batch_invariant, topk_batch_invariant_cpu, custom_ops.sort, topk_decomposition,
+                scan="router top-k"),
+    InvariantOp("sort", sort_batch_invariant, sort_batch_invariant_cpu, custom_ops.sort, sort_decomposition,
+                scan="sampler sort", variants=(("sort.stable", sort_stable_decomposition),)),
+)
+
+# --- computed from the table ---------------------------------------------------------------------------
+
+REPLACED_OPS = tuple(op.fingerprint for op in TABLE)  # the environment fingerprint's list
+DECOMPOSITIONS = {overload: fn for op in TABLE for overload, fn in op.decompositions().items()}
+
+
+class BatchInvariantMode(TorchDispatchMode):
+    """Routes the table's ops to their CPU paths (the CPU installation)."""
+
+    _HANDLERS = {op.overload: op.cpu for op in TABLE}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        handler = self._HANDLERS.get(func)
+        if handler is not None:
+            result = handler(func, *args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        return func(*args, **kwargs)
 
 
 @contextlib.contextmanager
 def library_overrides(dispatch_key: str = "CUDA"):
-    """The replaced aten ops' ``dispatch_key`` kernels swapped for the Triton ones, for the block.
+    """The table's aten ops' ``dispatch_key`` kernels swapped for their CUDA kernels, for the block (the CUDA
+    installation: one ``impl`` per row).
 
     Tests pass ``"CPU"`` to run the very same overrides through Triton's interpreter.
     """
     library = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel": that is the point
-        for name, kernel in _LIBRARY_KERNELS.items():
-            library.impl(name, kernel, dispatch_key)
+        for op in TABLE:
+            library.impl(op.aten, op.cuda, dispatch_key)
     try:
         yield
     finally:
         library._destroy()
+
+
+@contextlib.contextmanager
+def batch_invariant(device: str | None = None):
+    """Batch-invariant aten ops for the duration of the block (matmuls, softmax family, reductions, top-k).
+
+    ``device="cuda"`` installs only the CUDA overrides (the fast path for a GPU model: ops that are not
+    replaced never enter Python); ``"cpu"`` only the CPU dispatch mode; ``None`` both.
+    """
+    with contextlib.ExitStack() as stack:
+        if device in (None, "cuda"):
+            stack.enter_context(library_overrides("CUDA"))
+        if device in (None, "cpu"):
+            stack.enter_context(BatchInvariantMode())
+        yield

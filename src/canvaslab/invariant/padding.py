@@ -13,6 +13,7 @@ import contextlib
 
 import torch
 
+from canvaslab.invariant.shadowing import all_shadowed
 from canvaslab.models import anatomy
 
 
@@ -46,13 +47,10 @@ def per_row_positions(model, attention_mask: torch.Tensor, always: bool = False)
         yield
         return
     rotaries = anatomy.rotary_embeddings(model)
-    handles = []
-    for rotary in rotaries:
-        setattr(rotary, PAD_ATTRIBUTE, pad)
-        handles.append(rotary.register_forward_pre_hook(_shift_by_padding))
-    try:
-        yield
-    finally:
-        for rotary, handle in zip(rotaries, handles):
-            handle.remove()
-            delattr(rotary, PAD_ATTRIBUTE)
+    with all_shadowed((rotary, PAD_ATTRIBUTE, pad) for rotary in rotaries):
+        handles = [rotary.register_forward_pre_hook(_shift_by_padding) for rotary in rotaries]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()

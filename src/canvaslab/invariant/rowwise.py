@@ -13,6 +13,7 @@ import torch
 from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
+from canvaslab.invariant.shadowing import all_shadowed
 from canvaslab.models import anatomy
 
 
@@ -40,13 +41,7 @@ def _rowwise_linear(module, rows_per_sequence: int):
 @contextlib.contextmanager
 def rowwise(model):
     """Apply the seeds' two row-by-row computations to ``model`` for the duration of the block."""
-    routers = anatomy.decoder_router_projections(model)
     canvas = model.config.canvas_length
-    for proj in routers:
-        proj.forward = _rowwise_linear(proj, canvas)
-    try:
-        with _RowwiseSelfConditioning(anatomy.self_conditioning_embedding(model)):
-            yield
-    finally:
-        for proj in routers:
-            del proj.forward
+    routers = [(proj, "forward", _rowwise_linear(proj, canvas)) for proj in anatomy.decoder_router_projections(model)]
+    with all_shadowed(routers), _RowwiseSelfConditioning(anatomy.self_conditioning_embedding(model)):
+        yield

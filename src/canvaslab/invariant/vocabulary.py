@@ -2,7 +2,8 @@
 construction.
 
 lm_head multiplies each canvas position's hidden state (K = 2,816) by the vocabulary matrix (N = 262,144).
-cuBLAS is faster there than the Triton matmul (H200, session 11: 39.4 ms per pass at B=64 one canvas per call
+cuBLAS is faster there than the Triton matmul (H200, ``benchmarks/results/h200_s11/`` at commit cfcbda3: 39.4 ms
+per pass at B=64 one canvas per call
 against 45.1 batched in Triton; 19.7 against 20.8 at B=32; 0.58 against 0.72 at B=1), but batched cuBLAS picks
 its kernel from the whole shape, so a row's bits may change with the batch. One call per canvas removes the
 batch from the call: every call has the same shape (canvas length x K x N) and holds that canvas alone, and
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from canvaslab.invariant import custom_ops
+from canvaslab.invariant.shadowing import shadowed
 from canvaslab.models import anatomy
 
 
@@ -45,8 +47,5 @@ def per_canvas_lm_head(model: nn.Module):
     weight = head.weight
     # Always the op, even eagerly: an observer of torch functions (the capture recorder) then sees one product
     # whatever the batch, not one per canvas.
-    head.forward = lambda hidden: custom_ops.canvas_linear(hidden, weight)
-    try:
+    with shadowed(head, "forward", lambda hidden: custom_ops.canvas_linear(hidden, weight)):
         yield
-    finally:
-        del head.forward

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from canvaslab.errors import CanvaslabError
+
+if TYPE_CHECKING:
+    from canvaslab.invariant import Mode
 
 FILLS = ("copies", "mixed")
 
 
-def check_row(row: int, batch_sizes: Sequence[int], mode: str) -> None:
+def check_row(row: int, batch_sizes: Sequence[int], mode: str | Mode) -> None:
     """The studied row must exist in every batch studied (B=1, the reference, has only row 0)."""
     if row < 0:
         raise CanvaslabError(f"--row {row}: rows are numbered from 0")
@@ -18,9 +21,15 @@ def check_row(row: int, batch_sizes: Sequence[int], mode: str) -> None:
     if too_small:
         raise CanvaslabError(f"--row {row} does not exist at batch size {too_small[0]}; "
                              f"give batch sizes above {row} (B=1 is the reference)")
-    if row and mode == "rowwise":
+    if row and _computes_rows_apart(mode):
         raise CanvaslabError("--row above 0 needs --mode stock or invariant: rowwise computes each row in a call "
                              "of its own, which the capture cannot tell apart from row 0's")
+
+
+def _computes_rows_apart(mode: str | Mode) -> bool:
+    from canvaslab.invariant import mode_named  # imported here: this module stays free of torch
+
+    return mode_named(mode).computes_rows_apart
 
 
 def batch_rows(studied: Sequence[int], others: Sequence[Sequence[int]], batch_size: int, fill: str,

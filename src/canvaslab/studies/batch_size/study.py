@@ -23,7 +23,7 @@ from canvaslab.capture.spread import positions_differing_per_pass
 from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
-from canvaslab.invariant import replaced_ops
+from canvaslab.invariant import Mode, mode_named, replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.prompts import BUILTIN_PROMPTS, Prompt
 from canvaslab.studies.batch_size.design import batch_rows, check_row
@@ -115,7 +115,7 @@ def _first_divergence(comparison, details) -> dict[str, Any] | None:
 
 
 def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_size: int, fill: str,
-                mode: str = "stock", studied: int = 0) -> dict[str, Any]:
+                mode: str | Mode = "stock", studied: int = 0) -> dict[str, Any]:
     """One run: row ``studied`` of ``rows`` against the B=1 reference, with element-level details if it diverged."""
     ref_capture, ref_row = reference
     capture, row = run(rows, row=studied)
@@ -126,7 +126,8 @@ def compare_run(run: Callable, prompt: Prompt, rows, reference: tuple, batch_siz
         targets = comparison.detail_targets(ref_capture)
         details = detail(comparison, run([rows[studied]], keep=targets)[0], run(rows, keep=targets, row=studied)[0])
     # Invariant mode removes padding's effect (per-row positions, padded keys dropped): no semantic cause.
-    origin = PADDING_ORIGIN if padded and comparison.diverged and mode != "invariant" else comparison.origin
+    removed = mode_named(mode).removes_padding_effect
+    origin = PADDING_ORIGIN if padded and comparison.diverged and not removed else comparison.origin
     return {
         "prompt_id": prompt.prompt_id,
         "batch_size": batch_size,

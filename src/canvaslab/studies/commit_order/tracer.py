@@ -38,6 +38,7 @@ import torch
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation.runner import RowResult
+from canvaslab.invariant import Mode, mode_named
 from canvaslab.models.loading import compiles_generate
 from canvaslab.studies.commit_order.probes import Probe, score
 from canvaslab.capture.commit_trace import AcceptCall, GenerationTrace
@@ -50,10 +51,10 @@ def generation_id(probe_id: str, seed: int) -> str:
     return f"{probe_id}#{seed}"
 
 
-def ensure_traceable(model, mode: str = "stock") -> None:
+def ensure_traceable(model, mode: str | Mode = "stock") -> None:
     """Refuse a model whose generate would run the compiled sampler the tracer cannot see (stock and rowwise
     modes; invariant mode's compiled path keeps the sampler eager)."""
-    if compiles_generate(model) and mode != "invariant":
+    if compiles_generate(model) and not mode_named(mode).takes_compiled_path(model):
         raise CanvaslabError(
             f"cannot trace a model whose generation_config.cache_implementation is "
             f"{model.generation_config.cache_implementation!r}: on that path transformers replaces the sampler's accept_canvas with "
