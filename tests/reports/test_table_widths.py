@@ -13,7 +13,7 @@ from canvaslab.reports.order_metrics import order_metrics_tables
 from canvaslab.reports.vocab_scan import vocab_scan_table
 
 ROOT = Path(__file__).resolve().parents[2]
-H200_STUDY = ROOT / "benchmarks" / "results" / "h200_batch_study_real_shapes_6l_bf16.json"
+H200_STUDY = ROOT / "benchmarks" / "results" / "h200-batch-study" / "h200_batch_study_real_shapes_6l_bf16.json"
 REGIMES = ("math", "code_completion", "code_synthesis", "factual", "open_ended", "json")
 
 
