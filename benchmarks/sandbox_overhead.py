@@ -25,8 +25,8 @@ from pathlib import Path
 
 from canvaslab.environment import environment_fingerprint, record_result
 from canvaslab.io import write_json_atomic
-from canvaslab.studies.commit_order.probes import load_regime, program_code, run_code_tests
-from canvaslab.studies.commit_order.sandbox import require_isolation, run_tests
+from canvaslab.scoring.probes import load_regime, program_code, run_code_tests
+from canvaslab.scoring.sandbox import require_isolation, run_tests
 
 
 def parse_args() -> argparse.Namespace:

@@ -31,7 +31,7 @@ from canvaslab.generation import generate
 from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
 from canvaslab.prompts import BUILTIN_PROMPTS
-from canvaslab.studies.commit_order.probes.probe import make_probe
+from canvaslab.scoring.probes.probe import make_probe
 from canvaslab.studies.commit_order.tracer import CommitTracer
 
 

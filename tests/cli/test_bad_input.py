@@ -30,7 +30,7 @@ WORK = [
     ("canvaslab.studies.unused_tokens.model_facts", "read_model_facts"),
     ("canvaslab.studies.unused_tokens.noise_study", "run_noise_study"),
     ("canvaslab.analysis.order_metrics", "compute_order_metrics"),
-    ("canvaslab.studies.commit_order.probes", "load_probe_suite"),
+    ("canvaslab.scoring.probes", "load_probe_suite"),
 ]
 
 

@@ -14,7 +14,7 @@ from canvaslab.models import load_model
 from canvaslab.models.mini import MINI_VOCAB
 from canvaslab.models.registry import baseline_of, model_folder
 from canvaslab.studies.commit_order.baseline import check_baseline_path, load_causal_lm
-from canvaslab.studies.commit_order.prompting import encode_prompt
+from canvaslab.scoring.prompting import encode_prompt
 
 MAX_BYTES = 40_000_000  # mini is at most 40 MB in the repository
 

@@ -8,8 +8,8 @@ from importlib import resources
 import pytest
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order.probes import load_probe_suite, score
-from canvaslab.studies.commit_order.probes.datasets import load_suite_file
+from canvaslab.scoring.probes import load_probe_suite, score
+from canvaslab.scoring.probes.datasets import load_suite_file
 from canvaslab.training.probes import SUITE_TASKS, mini_probe_records
 from canvaslab.training.tasks import Mixture
 
@@ -17,7 +17,7 @@ REGIMES = list(SUITE_TASKS)
 
 
 def _packaged_records() -> list[dict]:
-    path = resources.files("canvaslab.studies.commit_order.probes").joinpath("data", "suites", "mini.jsonl")
+    path = resources.files("canvaslab.scoring.probes").joinpath("data", "suites", "mini.jsonl")
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 

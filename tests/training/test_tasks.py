@@ -9,8 +9,8 @@ import re
 import pytest
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order.probes import score
-from canvaslab.studies.commit_order.probes.probe import make_probe
+from canvaslab.scoring.probes import score
+from canvaslab.scoring.probes.probe import make_probe
 from canvaslab.training.tasks import (EVAL_TASKS, MIXTURE, RUN4_STYLE, AnswerStyle, Mixture, mixture_shares, parse_shares,
                                      split_of)
 from canvaslab.training.tasks.arithmetic import SUM_FORMATS, written_sum

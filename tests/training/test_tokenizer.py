@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from canvaslab.cli.main import app, main
 from canvaslab.models.mini import MINI_EOS_IDS, MINI_VOCAB, load_mini_tokenizer
-from canvaslab.studies.commit_order.prompting import encode_prompt
+from canvaslab.scoring.prompting import encode_prompt
 from canvaslab.training import chat
 from canvaslab.training.tasks import Mixture
 from canvaslab.training.tokenizer import UNUSED_TOTAL, head_specials, train_tokenizer, unused_ids

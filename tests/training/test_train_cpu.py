@@ -21,7 +21,7 @@ from canvaslab.generation import generate
 from canvaslab.models import load_model
 from canvaslab.models.mini import MINI_EOS_IDS, ar_sibling_config, load_mini_tokenizer, mini_config
 from canvaslab.studies.commit_order.baseline import load_causal_lm
-from canvaslab.studies.commit_order.prompting import encode_prompt
+from canvaslab.scoring.prompting import encode_prompt
 from canvaslab.training.card import write_card
 from canvaslab.training.batches import Pool
 from canvaslab.training.loop import TrainSettings, train

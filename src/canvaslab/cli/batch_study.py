@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from canvaslab.choices import FILLS, REPEAT_CONTROLS
 from canvaslab.cli import options
 from canvaslab.cli.app import app
 from canvaslab.cli.progress import progress as study_progress
@@ -20,7 +21,7 @@ def batch_study(
         callback=options.prompts)] = "3",
     batch_sizes: options.BatchSizes = "1,2,3,4",
     fill: Annotated[str, typer.Option("--fill", help="copies: other rows are bit-identical copies; mixed: other prompts",
-                                      callback=options.one_of(options.FILLS))] = "copies",
+                                      callback=options.one_of(FILLS))] = "copies",
     row: Annotated[int, typer.Option("--row", help="the studied prompt's row in every batch (B=1 is the reference)",
                                      callback=options.whole_number(0))] = 0,
     copy_prompt_cache: Annotated[bool, typer.Option(
@@ -40,7 +41,7 @@ def batch_study(
     repeat_control: Annotated[str, typer.Option(
         "--repeat-control", help="fresh-process: repeat B=1 in a new interpreter with another hash seed "
                                  "(what a resumed study relies on); same-process: in this one",
-        callback=options.one_of(("fresh-process", "same-process")))] = "fresh-process",
+        callback=options.one_of(REPEAT_CONTROLS))] = "fresh-process",
     wide: Annotated[bool, typer.Option("--wide", help="full module paths in the table (wider than 80 columns)")] = False,
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="write DIR/batch_study.json (a rerun with the same DIR resumes)",

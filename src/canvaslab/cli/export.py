@@ -11,7 +11,7 @@ from canvaslab.cli import options
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
 
-FORMATS = ("parquet",)  # canvaslab.studies.engine.export.FORMATS (held equal by a test)
+from canvaslab.choices import EXPORT_FORMATS as FORMATS
 
 
 def _study_folder(ctx, param, value):

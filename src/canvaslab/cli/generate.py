@@ -38,7 +38,7 @@ def generate(
     from canvaslab.models import load_model
 
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
-    from canvaslab.studies.commit_order.prompting import encode_prompt
+    from canvaslab.scoring.prompting import encode_prompt
 
     # A checkpoint with a chat template (the trained `mini`) gets its user turn, as the studies give it.
     ids = [encode_prompt(loaded.tokenizer, text) for text in prompt]

@@ -19,8 +19,8 @@ from canvaslab.errors import CanvaslabError
 noise_app = typer.Typer(help="The unused-token noise study: register a plan, then run it.", no_args_is_help=True)
 app.add_typer(noise_app, name="noise-study")
 
-DESIGNS = ("default", "small")  # canvaslab.studies.unused_tokens.plan's designs (held equal by tests/cli)
-DEFAULT_BATCH_SIZE = 36  # the study's own (held equal by tests); importing it here would load scipy to parse
+from canvaslab.choices import NOISE_BATCH_SIZE
+from canvaslab.choices import NOISE_DESIGNS as DESIGNS
 
 
 @noise_app.command("plan")
@@ -70,7 +70,7 @@ def run_command(
     dtype: options.Dtype = "auto",
     batch_size: Annotated[int, typer.Option("--batch-size", help="rows of the safeguard's batched runs (36: one "
                                                                  "per prompt, seed and budget of the default design)",
-                                            callback=options.whole_number(1))] = DEFAULT_BATCH_SIZE,
+                                            callback=options.whole_number(1))] = NOISE_BATCH_SIZE,
     mode: options.Mode = "stock",
     limit: Annotated[Optional[int], typer.Option("--limit", help="run at most N more conditions, then report",
                                                  callback=options.whole_number(1))] = None,

@@ -10,7 +10,7 @@ import typer
 from canvaslab.cli import options
 from canvaslab.cli.app import app
 
-SCAN_MODES = ("stock", "rowwise", "invariant", "both")
+from canvaslab.choices import SCAN_MODES
 
 
 @app.command("op-scan")

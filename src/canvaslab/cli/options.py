@@ -4,14 +4,13 @@ Every check here runs while the command line is parsed, before anything is impor
 transformers take seconds to import, a model minutes to load): a bad value ends in one line naming the
 option and what it allows (``CanvaslabError``, printed by ``cli.app``) and exit code 2. Values that need
 a file or the model (a prompt file's content, ``--layers`` against the model's depth) are checked by the
-loaders, still before any weights are read. The allowed choices are spelled out here so that checking them
-needs no import of the layers that use them; ``tests/cli`` holds them equal to those layers' own lists.
+loaders, still before any weights are read. The choices and the rules are ``canvaslab.choices`` (torch-free),
+shared with the Python API and the layers that act on them.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Annotated, Callable, Optional, Sequence
@@ -20,15 +19,8 @@ import typer
 
 from canvaslab.errors import CanvaslabError
 
-MAX_SEED = 2**63 - 1  # seeds are stored in int64 tensors and JSON; larger ones are not portable
-MAX_BATCH = 4096
-BUILTIN_PROMPT_COUNT = 16  # canvaslab.prompts.BUILTIN_PROMPTS (held equal by a test)
-
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-RNGS = ("row", "stock")
-MODES = ("stock", "rowwise", "invariant")
-FILLS = ("copies", "mixed")
-PRESET_NAMES = ("tiny", "real-shapes")  # canvaslab.models.PRESETS (held equal by a test)
+from canvaslab import choices
+from canvaslab.choices import DTYPES, MAX_BATCH, MAX_SEED, MODES, PRESET_NAMES, RNGS
 
 
 def option_name(param) -> str:
@@ -62,29 +54,14 @@ def positive_number(ctx, param, value):
 
 # ---- choices and lists -------------------------------------------------------------------------------
 
-def one_of(choices: Sequence[str]) -> Callable:
+def one_of(allowed: Sequence[str]) -> Callable:
     def check(ctx, param, value):
-        if value is not None and value not in choices:
-            raise _bad(param, repr(value), f"must be one of {', '.join(choices)}")
-        return value
+        return value if value is None else choices.one_of(option_name(param), value, allowed)
 
     return check
 
 
-def parse_batch_sizes(spec: str) -> list[int]:
-    """``"1,2,3,4"`` -> ``[1, 2, 3, 4]``; B=1 is always included, as the reference."""
-    try:
-        sizes = [int(part) for part in spec.split(",")]
-    except ValueError:
-        raise CanvaslabError(f"--batch-sizes {spec!r}: give whole numbers separated by commas, e.g. 1,2,3,4") from None
-    bad = [size for size in sizes if not 1 <= size <= MAX_BATCH]
-    if bad:
-        raise CanvaslabError(f"--batch-sizes {spec}: {bad[0]} is impossible; batch sizes run from 1 to {MAX_BATCH}")
-    sizes = sorted(set(sizes) | {1})
-    if len(sizes) < 2:
-        raise CanvaslabError(f"--batch-sizes {spec}: give a size other than 1 too; B=1 is the reference every "
-                             "other size is compared with, e.g. 1,2,3,4")
-    return sizes
+parse_batch_sizes = choices.batch_sizes
 
 
 def batch_sizes(ctx, param, value):
@@ -94,8 +71,7 @@ def batch_sizes(ctx, param, value):
 
 def prompts(ctx, param, value):
     """A count of built-in prompts, or a file (its content is checked when it is read)."""
-    if re.fullmatch(r"\s*[+-]?\d+\s*", value) and not 1 <= int(value) <= BUILTIN_PROMPT_COUNT:
-        raise _bad(param, value, f"the built-in set has 1 to {BUILTIN_PROMPT_COUNT} prompts; pass a file for more")
+    choices.builtin_prompt_count(value)
     return value
 
 
@@ -230,16 +206,8 @@ def generation_overrides(steps: Optional[int], max_new_tokens: Optional[int]) ->
 
 # ---- the study engine's options (every study command) ------------------------------------------------
 
-EXECUTORS = ("local", "ray")  # canvaslab.studies.engine.EXECUTORS (held equal by a test)
-
-
 def executor(ctx, param, value):
-    one_of(EXECUTORS)(ctx, param, value)
-    if value == "ray":
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:
-            raise _bad(param, value, "needs Ray: pip install 'canvaslab[ray]'")
+    choices.engine_options(value, None, None, 0)
     return value
 
 
@@ -259,8 +227,7 @@ Fresh = Annotated[bool, typer.Option("--fresh", help="start over: the folder's o
 def engine_options(executor: str, ray_address: Optional[str], workers: Optional[int], retries: int,
                    fresh: bool) -> dict:
     """``run_study``'s keyword arguments; Ray-only options without ``--executor ray`` are refused."""
-    if executor != "ray" and (ray_address is not None or workers is not None):
-        raise CanvaslabError(f"{'--ray-address' if ray_address is not None else '--workers'} needs --executor ray")
+    choices.engine_options(executor, ray_address, workers, retries)
     return {"executor": executor, "ray_address": ray_address, "workers": workers, "retries": retries, "fresh": fresh}
 
 

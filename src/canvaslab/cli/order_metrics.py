@@ -15,7 +15,8 @@ import typer
 
 from canvaslab.cli import options
 from canvaslab.cli.app import app
-from canvaslab.cli.order_study import SUITES, add_baseline, checked_baseline
+from canvaslab.choices import SUITES
+from canvaslab.cli.order_study import add_baseline, checked_baseline
 from canvaslab.errors import CanvaslabError
 
 RESULT_NAME = "order_metrics.json"

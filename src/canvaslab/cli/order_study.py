@@ -17,22 +17,13 @@ import typer
 from canvaslab.cli import options
 from canvaslab.cli.app import app
 from canvaslab.cli.progress import progress as study_progress
-from canvaslab.errors import CanvaslabError
 
-# canvaslab.studies.commit_order.probes.probe's REGIMES and SPLITS (held equal by tests/cli): spelled out
-# here so that checking --regimes imports nothing.
-REGIMES = ("math", "code_completion", "code_synthesis", "factual", "open_ended", "json")
-SPLITS = ("exploratory", "confirmatory", "all")
-SUITES = ("default", "mini")  # probes.datasets.SUITES
-# The regimes each suite has, used when --regimes is left at its default (mini has no code completion).
-SUITE_REGIMES = {"default": REGIMES, "mini": ("math", "code_synthesis", "factual", "open_ended", "json")}
+from canvaslab import choices
+from canvaslab.choices import REGIMES, SPLITS, SUITE_REGIMES, SUITES
 
 
 def _regimes(ctx, param, value):
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in REGIMES]
-    if unknown or not names:
-        raise CanvaslabError(f"--regimes {value!r}: give one or more of {', '.join(REGIMES)}, comma-separated")
+    choices.regimes(value)
     return value
 
 
@@ -80,7 +71,7 @@ def order_study(
     from rich.console import Console
 
     from canvaslab.models import load_model
-    from canvaslab.studies.commit_order.probes import load_probe_suite
+    from canvaslab.scoring.probes import load_probe_suite
     from canvaslab.studies.commit_order.study import run_order_study
 
     chosen = [r.strip() for r in regimes.split(",") if r.strip()]

@@ -14,8 +14,7 @@ from canvaslab.errors import CanvaslabError
 
 REPORT_FILE = "vocab_scan.json"
 COUNTS_FILE = "token_counts.npy"
-# canvaslab.studies.unused_tokens.TOKENIZER_PRESETS (held equal by tests/cli): named here so the help needs no import.
-TOKENIZER_PRESET_NAMES = ("tiny", "real-shapes", "gemma3", "mini")
+from canvaslab.choices import TOKENIZER_PRESETS as TOKENIZER_PRESET_NAMES
 
 
 def _check_corpus_files(paths: list[Path]) -> None:

@@ -19,6 +19,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
     StableAndConfidentStoppingCriteria,
 )
 
+from canvaslab.choices import RNGS, one_of
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation.compiled_path import invariant_compile_functions
 from canvaslab.generation.fused_step import FusedStep, streamed_self_conditioning
@@ -29,7 +30,6 @@ from canvaslab.invariant import Mode, mode_named
 from canvaslab.invariant.shadowing import shadowed
 from canvaslab.models.loading import compiles_generate
 
-RNG_MODES = ("row", "stock")
 GENERATION_KEYS = (
     "max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold",
     "entropy_bound", "max_new_tokens", "eos_token_id", "pad_token_id",
@@ -217,8 +217,7 @@ def generate(
     ``initial_canvas`` ``(B, canvas)`` replaces the first canvas's random noise (the noise is still drawn, so
     later draws are unchanged).
     """
-    if rng not in RNG_MODES:
-        raise CanvaslabError(f"--rng {rng!r} is not one of: {', '.join(RNG_MODES)}")
+    one_of("--rng", rng, RNGS)
     if not prompts:
         raise CanvaslabError("no prompts to generate from")
     if any(len(prompt) == 0 for prompt in prompts):

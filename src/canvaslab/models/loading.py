@@ -20,13 +20,14 @@ import torch
 from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
+from canvaslab import choices
 from canvaslab.errors import CanvaslabError
 from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset, first_layer_types
 from canvaslab.models.registry import find_diffusion_model, installed_models
 from canvaslab.models.tokenizer import build_synthetic_tokenizer
 from canvaslab.models.weights import folder_fingerprint
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in choices.DTYPES if name != "auto"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 

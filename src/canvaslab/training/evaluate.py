@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from canvaslab.generation import generate
-from canvaslab.studies.commit_order.probes import score
-from canvaslab.studies.commit_order.probes.probe import make_probe
-from canvaslab.studies.commit_order.prompting import encode_prompt
+from canvaslab.scoring.probes import score
+from canvaslab.scoring.probes.probe import make_probe
+from canvaslab.scoring.prompting import encode_prompt
 from canvaslab.training.tasks import Example
 
 _WORD = re.compile(r"[A-Za-z]+")

@@ -14,7 +14,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.io import read_json
 from canvaslab.models.tokenizer import build_synthetic_tokenizer
 from canvaslab.studies.commit_order.baseline import BASELINE_FILE, run_baseline
-from canvaslab.studies.commit_order.probes import load_probe_suite
+from canvaslab.scoring.probes import load_probe_suite
 from canvaslab.studies.commit_order.study import (
     METRICS_FILE,
     PARQUET_FILE,

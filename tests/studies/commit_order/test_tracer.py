@@ -12,7 +12,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
 from canvaslab.generation.runner import RowResult
 from canvaslab.prompts import BUILTIN_PROMPTS
-from canvaslab.studies.commit_order.probes.probe import make_probe
+from canvaslab.scoring.probes.probe import make_probe
 from canvaslab.capture.commit_trace import GenerationTrace, read_traces, write_traces
 from canvaslab.studies.commit_order.tracer import CommitTracer, content_mask
 

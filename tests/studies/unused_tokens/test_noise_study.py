@@ -165,7 +165,7 @@ def test_default_batch_size_gives_each_group_of_the_default_design_one_safeguard
 
     conditions = enumerate_conditions(_plan("default"))
     default = inspect.signature(run_noise_study).parameters["batch_size"].default
-    assert cli.DEFAULT_BATCH_SIZE == default == noise_study.DEFAULT_BATCH_SIZE
+    assert cli.NOISE_BATCH_SIZE == default
     batches = noise_study.planned_batches(conditions, default)
     assert len(batches) == len({c.base_id for c in conditions}) == 64
     assert all(len({c.base_id for c in batch}) == 1 and len(batch) == 36 for batch in batches)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from canvaslab.choices import FILLS, one_of
 from canvaslab.errors import CanvaslabError
 
 if TYPE_CHECKING:
     from canvaslab.invariant import Mode
 
-FILLS = ("copies", "mixed")
 
 
 def check_row(row: int, batch_sizes: Sequence[int], mode: str | Mode) -> None:
@@ -35,8 +35,7 @@ def _computes_rows_apart(mode: str | Mode) -> bool:
 def batch_rows(studied: Sequence[int], others: Sequence[Sequence[int]], batch_size: int, fill: str,
                row: int = 0) -> list[list[int]]:
     """The studied prompt at ``row`` (row 0 at B=1); the rest are bit-identical copies or other prompts."""
-    if fill not in FILLS:
-        raise CanvaslabError(f"--fill {fill!r} is not one of: {', '.join(FILLS)}")
+    one_of("--fill", fill, FILLS)
     if fill == "copies" or not others:
         return [list(studied) for _ in range(batch_size)]
     rest = [list(others[i % len(others)]) for i in range(batch_size - 1)]

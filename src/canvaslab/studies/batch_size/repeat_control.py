@@ -21,16 +21,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import canvaslab
+from canvaslab.choices import REPEAT_CONTROLS, one_of
 from canvaslab.errors import CanvaslabError
 
-REPEAT_CONTROLS = ("fresh-process", "same-process")
 _HASH_SEEDS = 1 << 32  # PYTHONHASHSEED runs from 0 to 2**32 - 1
 _CHILD = "from canvaslab.studies.batch_size.repeat_control import main; main()"
 
 
 def check_repeat_control(value: str) -> None:
-    if value not in REPEAT_CONTROLS:
-        raise CanvaslabError(f"--repeat-control {value!r} is not one of: {', '.join(REPEAT_CONTROLS)}")
+    one_of("--repeat-control", value, REPEAT_CONTROLS)
 
 
 def this_hash_seed() -> str:

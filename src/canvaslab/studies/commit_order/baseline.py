@@ -25,8 +25,8 @@ from canvaslab.io import read_json, write_json_atomic
 from canvaslab.models.loading import progress_bars_only_on_a_terminal, resolve_device, resolve_dtype
 from canvaslab.models.registry import find_model, model_folder
 from canvaslab.models.weights import folder_fingerprint
-from canvaslab.studies.commit_order.probes import Probe, load_probe_suite, score
-from canvaslab.studies.commit_order.prompting import encode_prompt, uses_chat_template
+from canvaslab.scoring.probes import Probe, load_probe_suite, score
+from canvaslab.scoring.prompting import encode_prompt, uses_chat_template
 
 BASELINE_FILE = "baseline.json"
 

@@ -33,9 +33,9 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
 from canvaslab.generation.runner import resolve_generation
 from canvaslab.io import write_json_atomic
-from canvaslab.studies.commit_order.probes import CODE_REGIMES, Probe
-from canvaslab.studies.commit_order.prompting import encode_prompt, uses_chat_template
-from canvaslab.studies.commit_order.sandbox import require_isolation
+from canvaslab.scoring.probes import CODE_REGIMES, Probe
+from canvaslab.scoring.prompting import encode_prompt, uses_chat_template
+from canvaslab.scoring.sandbox import require_isolation
 from canvaslab.capture.commit_trace import GenerationTrace, export_parquet, read_traces, write_traces
 from canvaslab.studies.engine import Study, run_study
 from canvaslab.studies.engine.plan import frozen, sha256_of

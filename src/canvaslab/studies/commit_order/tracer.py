@@ -40,7 +40,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.generation.runner import RowResult
 from canvaslab.invariant import Mode, mode_named
 from canvaslab.models.loading import compiles_generate
-from canvaslab.studies.commit_order.probes import Probe, score
+from canvaslab.scoring.probes import Probe, score
 from canvaslab.capture.commit_trace import AcceptCall, GenerationTrace
 
 Scorer = Callable[[Probe, str], "bool | None"]

@@ -20,12 +20,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from canvaslab.choices import EXECUTORS
 from canvaslab.errors import CanvaslabError
 from canvaslab.studies.engine.plan import first_difference
 from canvaslab.studies.engine.store import Store
 from canvaslab.studies.engine.study import Study
 
-EXECUTORS = ("local", "ray")
 Progress = Callable[[int, int, str], None]
 
 

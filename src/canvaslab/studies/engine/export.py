@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from canvaslab.choices import EXPORT_FORMATS as FORMATS
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import atomic_writer
 from canvaslab.studies.engine.plan import registered_plan, sha256_of
 from canvaslab.studies.engine.store import Store
 
-FORMATS = ("parquet",)
 
 
 def _cell(value: Any) -> Any:

@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import torch
 
+from canvaslab.choices import NOISE_BATCH_SIZE
 from canvaslab.analysis.noise_study import class_means, conclusion, condition_outcomes, noise_study_effects
 from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
@@ -52,7 +53,6 @@ OLD_RESULTS_FILE = "results.jsonl"  # the results log before the study engine
 # The default design's 36 conditions of one (prompt, seed, budget) as one safeguard batch: one batched
 # run per group instead of five at 8 rows. A pass costs about as much host time at 36 rows as at 8 on a GPU
 # (a mini pass is launch-bound), and a batch of 36 mini canvases needs well under a GiB.
-DEFAULT_BATCH_SIZE = 36
 REPORT_FILE = "noise_study.json"
 ProgressCallback = Callable[[int, int, str], None]
 
@@ -253,7 +253,7 @@ def _refuse_old_results(plan_dir: Path) -> None:
 
 
 def run_noise_study(plan_dir: str | Path, loaded: LoadedModel | None = None, *, device: str = "cpu",
-                    dtype: str = "auto", batch_size: int = DEFAULT_BATCH_SIZE, mode: str = "stock",
+                    dtype: str = "auto", batch_size: int = NOISE_BATCH_SIZE, mode: str = "stock",
                     limit: int | None = None, progress: ProgressCallback | None = None, **engine: Any) -> dict[str, Any]:
     """Run (or resume) the plan in ``plan_dir``; returns what it writes to ``noise_study.json``.
 

@@ -12,10 +12,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-REGIMES: tuple[str, ...] = ("math", "code_completion", "code_synthesis", "factual", "open_ended", "json")
-SPLITS: tuple[str, ...] = ("exploratory", "confirmatory")
-CODE_REGIMES: frozenset[str] = frozenset({"code_completion", "code_synthesis"})
-
+from canvaslab.choices import CODE_REGIMES, REGIMES
+from canvaslab.choices import PROBE_SPLITS as SPLITS
 
 @dataclass(frozen=True)
 class Probe:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import hashlib
 
+from canvaslab.choices import ALL_SPLITS
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order.probes.datasets import load_regime
-from canvaslab.studies.commit_order.probes.probe import REGIMES, SPLITS, Probe
+from canvaslab.scoring.probes.datasets import load_regime
+from canvaslab.scoring.probes.probe import REGIMES, SPLITS, Probe
 
-ALL_SPLITS = "all"
 
 
 def load_probe_suite(

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from canvaslab.studies.commit_order.probes import load_regime, score
-from canvaslab.studies.commit_order.sandbox import SandboxLimits
+from canvaslab.scoring.probes import load_regime, score
+from canvaslab.scoring.sandbox import SandboxLimits
 
 PROBE = next(p for p in load_regime("code_completion") if p.probe_id == "code_completion/HumanEval/0")
 WRONG = "def has_close_elements(numbers, threshold):\n    return 1\n"

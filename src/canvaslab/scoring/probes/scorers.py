@@ -12,7 +12,7 @@ and sampler setting (the commit-order study relates it to commit confidence, wit
 - json: the first JSON object in the text parses, validates against the probe's schema (draft
   2020-12), and every required top-level value is equal, with JSON types respected (true != 1).
 - code_completion, code_synthesis: the probe's tests pass against the answer's entry point, the
-  answer's code in one jail and the tests in another (``canvaslab.studies.commit_order.sandbox``;
+  answer's code in one jail and the tests in another (``canvaslab.scoring.sandbox``;
   never in this process). Where the sandbox cannot isolate, scoring raises ``SandboxUnavailable``.
 - open_ended: no scorer; None.
 """
@@ -25,9 +25,9 @@ from typing import Any
 import jsonschema
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order.probes import extraction
-from canvaslab.studies.commit_order.probes.probe import CODE_REGIMES, Probe
-from canvaslab.studies.commit_order.sandbox import SandboxLimits, SandboxResult, run_tests
+from canvaslab.scoring.probes import extraction
+from canvaslab.scoring.probes.probe import CODE_REGIMES, Probe
+from canvaslab.scoring.sandbox import SandboxLimits, SandboxResult, run_tests
 
 
 def score(probe: Probe, generated_text: str, limits: SandboxLimits | None = None) -> bool | None:

@@ -76,7 +76,7 @@ can be read. The Python-level guards of the earlier sandbox (an audit hook, a re
 module) are gone: they lived in the candidate's own process, which could switch them off.
 """
 
-from canvaslab.studies.commit_order.sandbox.jail import SandboxLimits, SandboxUnavailable, require_isolation
-from canvaslab.studies.commit_order.sandbox.run import SandboxResult, run_tests
+from canvaslab.scoring.sandbox.jail import SandboxLimits, SandboxUnavailable, require_isolation
+from canvaslab.scoring.sandbox.run import SandboxResult, run_tests
 
 __all__ = ["SandboxLimits", "SandboxResult", "SandboxUnavailable", "require_isolation", "run_tests"]

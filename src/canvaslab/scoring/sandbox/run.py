@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import IO
 
-from canvaslab.studies.commit_order.sandbox.jail import Isolation, Jail, SandboxLimits, require_isolation
+from canvaslab.scoring.sandbox.jail import Isolation, Jail, SandboxLimits, require_isolation
 
 _CPU_LIMIT_STATUSES = {128 + signal.SIGXCPU, -signal.SIGXCPU}  # bwrap reports a signal's death as 128 + signal
 # A candidate that ignores SIGXCPU meets the hard limit a second later, which is SIGKILL; so can one that

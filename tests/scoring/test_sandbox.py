@@ -23,13 +23,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.studies.commit_order import sandbox
-from canvaslab.studies.commit_order.probes import load_regime, score
-from canvaslab.studies.commit_order.sandbox import SandboxLimits, SandboxUnavailable, jail, run_tests
-from canvaslab.studies.commit_order.sandbox.inside import NotPlainData, decode, encode, from_plain, to_plain
+from canvaslab.scoring import sandbox
+from canvaslab.scoring.probes import load_regime, score
+from canvaslab.scoring.sandbox import SandboxLimits, SandboxUnavailable, jail, run_tests
+from canvaslab.scoring.sandbox.inside import NotPlainData, decode, encode, from_plain, to_plain
 
 FAST = SandboxLimits(timeout_s=20, cpu_time_s=10)
-SRC = str(Path(sandbox.__file__).parents[4])
+SRC = str(Path(sandbox.__file__).parents[3])
 
 
 def _run(code: str, tests: str, limits: SandboxLimits = FAST):
@@ -385,7 +385,7 @@ def test_a_child_in_a_new_session_is_alive_during_the_run_and_gone_after_it(mark
 def _start_scorer(code: str, tests: str) -> subprocess.Popen:
     """A scoring process of its own; the code travels in its environment, so the marker it holds is
     in no command line but the jail's processes'."""
-    script = ("import os\nfrom canvaslab.studies.commit_order.sandbox import run_tests, SandboxLimits\n"
+    script = ("import os\nfrom canvaslab.scoring.sandbox import run_tests, SandboxLimits\n"
               "limits = SandboxLimits(timeout_s=300, cpu_time_s=300)\n"
               "run_tests(os.environ['CODE'], 'probe', os.environ['TESTS'], limits=limits)")
     env = {**os.environ, "PYTHONPATH": SRC, "CODE": textwrap.dedent(code), "TESTS": tests}

@@ -1,0 +1,125 @@
+"""Every choice canvaslab validates, and the rules that check a value against it, in one torch-free module.
+
+The command line (``canvaslab.cli``), the Python API (``canvaslab.api``) and the layers that act on a choice
+(the modes, the samplers, the probe suites...) all import these tuples from here, so a choice is spelled once.
+Checking a value imports nothing heavy: a bad value is one line (``CanvaslabError``) naming the option as the
+command line spells it, before torch or a model loads.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+from canvaslab.errors import CanvaslabError
+
+MAX_SEED = 2**63 - 1  # seeds are stored in int64 tensors and JSON; larger ones are not portable
+MAX_BATCH = 4096
+BUILTIN_PROMPT_COUNT = 16  # len(canvaslab.prompts.BUILTIN_PROMPTS), checked there at import
+
+PRESET_NAMES = ("tiny", "real-shapes")  # random-weight presets (canvaslab.models.presets)
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: the checkpoint's own
+RNGS = ("row", "stock")  # row: a random stream per row; stock: transformers' own sampling
+MODES = ("stock", "rowwise", "invariant")  # canvaslab.invariant.modes
+SCAN_MODES = (*MODES, "both")  # the op scan's --mode: both = stock and invariant
+FILLS = ("copies", "mixed")  # what shares the studied row's batch
+REPEAT_CONTROLS = ("fresh-process", "same-process")  # where the B=1 repeat runs
+EXECUTORS = ("local", "ray")
+EXPORT_FORMATS = ("parquet",)
+
+# The commit-order study's probe regimes, the splits of each regime and the suites that hold them.
+REGIMES = ("math", "code_completion", "code_synthesis", "factual", "open_ended", "json")
+CODE_REGIMES = ("code_completion", "code_synthesis")
+PROBE_SPLITS = ("exploratory", "confirmatory")
+ALL_SPLITS = "all"
+SPLITS = (*PROBE_SPLITS, ALL_SPLITS)
+SUITES = ("default", "mini")
+# The regimes each suite has: what the default regimes mean for it (mini has no code completion).
+SUITE_REGIMES = {"default": REGIMES, "mini": ("math", "code_synthesis", "factual", "open_ended", "json")}
+
+NOISE_DESIGNS = ("default", "small")  # default: 2,304 conditions (GPU); small: 12 (CPU tests)
+NOISE_BATCH_SIZE = 36  # rows of the safeguard's batched runs: one per prompt, seed and budget of the default design
+TOKENIZER_PRESETS = ("tiny", "real-shapes", "gemma3", "mini")  # the vocabulary scan's named tokenizers
+
+
+def one_of(option: str, value, choices: Sequence[str]):
+    if value not in choices:
+        raise CanvaslabError(f"{option} {value!r}: must be one of {', '.join(choices)}")
+    return value
+
+
+def whole_number(option: str, value, minimum: int, maximum: Optional[int] = None):
+    """``value`` if it is a whole number in ``[minimum, maximum]`` (booleans are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or \
+            (maximum is not None and value > maximum):
+        allowed = f"from {minimum} to {maximum}" if maximum is not None else f"{minimum} or more"
+        raise CanvaslabError(f"{option} {value}: must be a whole number {allowed}")
+    return value
+
+
+def optional_whole_number(option: str, value, minimum: int, maximum: Optional[int] = None):
+    return None if value is None else whole_number(option, value, minimum, maximum)
+
+
+def positive_number(option: str, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:  # also refuses nan
+        raise CanvaslabError(f"{option} {value}: must be a number above 0")
+    return value
+
+
+def batch_sizes(value) -> list[int]:
+    """``"1,2,3,4"`` or ``(1, 2, 3, 4)`` -> ``[1, 2, 3, 4]``, sorted; B=1 is always included, as the reference."""
+    if isinstance(value, str):
+        try:
+            sizes = [int(part) for part in value.split(",")]
+        except ValueError:
+            raise CanvaslabError(f"--batch-sizes {value!r}: give whole numbers separated by commas, "
+                                 "e.g. 1,2,3,4") from None
+    else:
+        sizes = list(value)
+        if any(isinstance(size, bool) or not isinstance(size, int) for size in sizes):
+            raise CanvaslabError(f"--batch-sizes {value!r}: give whole numbers, e.g. (1, 2, 3, 4)")
+    shown = value if isinstance(value, str) else ",".join(map(str, sizes))
+    bad = [size for size in sizes if not 1 <= size <= MAX_BATCH]
+    if bad:
+        raise CanvaslabError(f"--batch-sizes {shown}: {bad[0]} is impossible; batch sizes run from 1 to {MAX_BATCH}")
+    sizes = sorted(set(sizes) | {1})
+    if len(sizes) < 2:
+        raise CanvaslabError(f"--batch-sizes {shown}: give a size other than 1 too; B=1 is the reference every "
+                             "other size is compared with, e.g. 1,2,3,4")
+    return sizes
+
+
+def builtin_prompt_count(value: str) -> bool:
+    """Whether ``--prompts`` names a count of built-in prompts (else a file); a count out of range is refused."""
+    if re.fullmatch(r"\s*[+-]?\d+\s*", value) is None:
+        return False
+    if not 1 <= int(value) <= BUILTIN_PROMPT_COUNT:
+        raise CanvaslabError(f"--prompts {value}: the built-in set has 1 to {BUILTIN_PROMPT_COUNT} prompts; "
+                             "pass a file for more")
+    return True
+
+
+def regimes(value, suite: str = "default") -> tuple[str, ...]:
+    """``"math,json"`` or ``("math", "json")`` -> the regimes; None -> the suite's own."""
+    if value is None:
+        return SUITE_REGIMES[suite]
+    names = [name.strip() for name in (value.split(",") if isinstance(value, str) else value) if name.strip()]
+    unknown = [name for name in names if name not in REGIMES]
+    if unknown or not names:
+        raise CanvaslabError(f"--regimes {value!r}: give one or more of {', '.join(REGIMES)}, comma-separated")
+    return tuple(names)
+
+
+def engine_options(executor: str, ray_address: Optional[str], workers: Optional[int], retries: int) -> None:
+    """The study engine's options: a known executor, and Ray-only options only with Ray."""
+    one_of("--executor", executor, EXECUTORS)
+    optional_whole_number("--workers", workers, 1, MAX_BATCH)
+    whole_number("--retries", retries, 0, 100)
+    if executor != "ray" and (ray_address is not None or workers is not None):
+        raise CanvaslabError(f"{'--ray-address' if ray_address is not None else '--workers'} needs --executor ray")
+    if executor == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise CanvaslabError("--executor ray: needs Ray: pip install 'canvaslab[ray]'")
