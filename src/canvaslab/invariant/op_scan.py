@@ -69,8 +69,50 @@ def op_cases(model) -> list[OpCase]:
                lambda b, g: _randn((b * canvas, hidden), g, device, dtype),
                lambda x, b: layer.experts(x[: b * canvas], *reversed(layer.router(x[: b * canvas])[1:]))),
         _attention_case(model, attn, canvas, device, dtype),
+        # The next three run the table's ops that a generation reaches only through other code (a Linear
+        # with bias, eager attention, a log-probability), at the shapes that code would give them.
+        _addmm_case(attn.q_proj, canvas, device, dtype),
+        _attention_scores_case(model, attn, canvas, device, dtype),
+        OpCase("log_softmax fp32 over vocab", f"({canvas}, {vocab})",
+               lambda b, g: _randn((b, canvas, vocab), g, device, torch.float32),
+               lambda x, b: torch.log_softmax(x[:b], dim=-1, dtype=torch.float32)),
     ]
     return cases
+
+
+def _addmm_case(module, rows, device, dtype) -> OpCase:
+    """``module``'s weight as a Linear with bias: ``torch.addmm(bias, x, W.T)`` over the batch's rows."""
+    weight, (out_features, in_features) = module.weight, module.weight.shape
+
+    def make_input(batch, generator):
+        return (_randn((batch, rows, in_features), generator, device, dtype),
+                _randn((out_features,), generator, device, dtype))
+
+    def run(inputs, batch):
+        x, bias = inputs
+        return torch.addmm(bias, x[:batch].reshape(-1, in_features), weight.T).view(batch, rows, out_features)
+
+    return OpCase("decoder q_proj with bias (addmm)",
+                  f"({rows}, {in_features}) x ({in_features}, {out_features}) + ({out_features},)", make_input, run)
+
+
+def _attention_scores_case(model, attn, canvas, device, dtype) -> OpCase:
+    """Eager attention's scores, one ``(canvas, head_dim) x (head_dim, keys)`` product per head, as ``bmm``."""
+    heads = model.config.text_config.num_attention_heads
+    groups, head_dim, keys = attn.num_key_value_groups, attn.head_dim, PROMPT_TOKENS + canvas
+
+    def make_input(batch, generator):
+        return (_randn((batch, heads, canvas, head_dim), generator, device, dtype),
+                _randn((batch, heads // groups, keys, head_dim), generator, device, dtype))
+
+    def run(inputs, batch):
+        query, key = inputs
+        key = key[:batch].repeat_interleave(groups, dim=1)  # each key/value head serves ``groups`` query heads
+        scores = torch.bmm(query[:batch].reshape(-1, canvas, head_dim), key.reshape(-1, keys, head_dim).transpose(1, 2))
+        return scores.view(batch, heads, canvas, keys)
+
+    return OpCase("attention scores (bmm)", f"{heads} x ({canvas}, {head_dim}) x ({head_dim}, {keys})",
+                  make_input, run)
 
 
 def _attention_case(model, attn, canvas, device, dtype) -> OpCase:

@@ -350,7 +350,7 @@ class InvariantOp:
     cpu: Callable  # its CPU path under ``BatchInvariantMode``: ``(func, *args)``, NotImplemented leaves a case to stock
     custom_op: Callable  # the ``canvaslab::`` op (``canvaslab.invariant.custom_ops``) compiled code runs in its place
     decomposition: Callable  # the compiler's mapping of the op onto ``custom_op`` (``canvaslab.invariant.compiled``)
-    scan: str | None  # the op-scan case that runs it (``canvaslab.invariant.op_scan``); None: DiffusionGemma never does
+    scan: str  # the op-scan case that runs it at the model's real shapes (``canvaslab.invariant.op_scan``)
     variants: tuple[tuple[str, Callable], ...] = ()  # the op's other overloads the compiler maps too, and how
 
     @property
@@ -370,13 +370,13 @@ TABLE = (
     InvariantOp("mm", mm_batch_invariant, mm_batch_invariant_cpu, custom_ops.matmul, mm_decomposition,
                 scan="encoder k_proj, last prompt token"),
     InvariantOp("addmm", addmm_batch_invariant, addmm_batch_invariant_cpu, custom_ops.matmul, addmm_decomposition,
-                scan=None),
+                scan="decoder q_proj with bias (addmm)"),
     InvariantOp("bmm", bmm_batch_invariant, bmm_batch_invariant_cpu, custom_ops.matmul, bmm_decomposition,
-                scan=None),
+                scan="attention scores (bmm)"),
     InvariantOp("_softmax", softmax_batch_invariant, softmax_batch_invariant_cpu, custom_ops.row_reduce,
                 softmax_decomposition, scan="softmax fp32 over vocab"),
     InvariantOp("_log_softmax", log_softmax_batch_invariant, log_softmax_batch_invariant_cpu, custom_ops.row_reduce,
-                log_softmax_decomposition, scan=None),
+                log_softmax_decomposition, scan="log_softmax fp32 over vocab"),
     InvariantOp("logsumexp", logsumexp_batch_invariant, logsumexp_batch_invariant_cpu, custom_ops.row_reduce,
                 logsumexp_decomposition, scan="sampler entropy (logsumexp)"),
     InvariantOp("sum.dim_IntList", sum_batch_invariant, sum_batch_invariant_cpu, custom_ops.row_reduce,

@@ -28,7 +28,8 @@ RESULT_FILE = "op_scan.json"
 OPS = ("encoder k_proj, last prompt token", "encoder k_proj, prompt", "decoder q_proj", "decoder k_proj",
        "decoder o_proj", "decoder mlp.gate_proj", "decoder mlp.down_proj", "decoder router.proj", "lm_head",
        "self-conditioning matmul", "softmax fp32 over vocab", "sampler entropy (logsumexp)", "sampler sort",
-       "RMSNorm", "router top-k", "experts", "attention (decoder canvas over prompt + canvas)")
+       "RMSNorm", "router top-k", "experts", "attention (decoder canvas over prompt + canvas)",
+       "decoder q_proj with bias (addmm)", "attention scores (bmm)", "log_softmax fp32 over vocab")
 
 
 class OpScanStudy(Study):
