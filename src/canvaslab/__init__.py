@@ -1,22 +1,40 @@
 """canvaslab: run and study block-diffusion language models (DiffusionGemma first).
 
-The package is organised by the product's parts, each importing only the parts below it (README, Layout):
+The Python API (``canvaslab.api``, re-exported here) mirrors the ``canvaslab`` command one to one::
 
-- ``canvaslab.models``      presets, local checkpoints and config files -> a ready model + tokenizer
-- ``canvaslab.generation``  transformers' own generate loop, with per-row randomness
-- ``canvaslab.invariant``   stock / rowwise / invariant modes (``canvaslab.batch_invariant()``)
-- ``canvaslab.capture``     module/op capture of row 0 and byte-exact comparison against a reference
-- ``canvaslab.studies``     the studies (batch size, ...), each a function plus a CLI command
-- ``canvaslab.analysis``    measures and tests computed from study outputs (no model needed)
-- ``canvaslab.reports``     rich tables and JSON output
-- ``canvaslab.cli``         the ``canvaslab`` command
+    import canvaslab
+
+    out = canvaslab.generate(["The river"], model="tiny", mode="invariant")
+    results = canvaslab.BatchSizeStudy(model="tiny", batch_sizes=(1, 2, 3)).run(out="runs/batch")
+    canvaslab.open_results("runs/batch").to_pandas()
+
+The package is organised by the product's parts, each importing only the parts below it (docs: Python API,
+"Map of the package"): ``cli`` > ``api`` > ``reports`` > ``studies`` | ``training`` > ``analysis`` > ``capture``
+> ``generation`` > ``invariant`` > ``models`` | ``assets`` | ``prompts`` | ``scoring`` > ``environment`` |
+``choices`` > ``io`` | ``errors``.
 """
 
+from canvaslab.api import (
+    BatchSizeStudy,
+    CommitOrderStudy,
+    Generation,
+    NoiseStudy,
+    OpScan,
+    Outcome,
+    Results,
+    export,
+    generate,
+    load_model,
+    open_results,
+    report,
+)
 from canvaslab.errors import CanvaslabError
 
 __version__ = "0.2.0"
 
-__all__ = ["CanvaslabError", "__version__", "batch_invariant"]
+__all__ = ["BatchSizeStudy", "CanvaslabError", "CommitOrderStudy", "Generation", "NoiseStudy", "OpScan", "Outcome",
+           "Results", "STUDIES", "__version__", "batch_invariant", "export", "generate", "load_model",
+           "open_results", "report"]
 
 
 def __getattr__(name: str):
@@ -26,4 +44,8 @@ def __getattr__(name: str):
         from canvaslab.invariant import batch_invariant
 
         return batch_invariant
+    if name == "STUDIES":
+        from canvaslab.api.registry import STUDIES
+
+        return STUDIES
     raise AttributeError(f"module 'canvaslab' has no attribute {name!r}")

@@ -10,7 +10,6 @@ import typer
 from canvaslab.choices import FILLS, REPEAT_CONTROLS
 from canvaslab.cli import options
 from canvaslab.cli.app import app
-from canvaslab.cli.progress import progress as study_progress
 
 
 @app.command("batch-study")
@@ -54,33 +53,10 @@ def batch_study(
 ) -> None:
     """Does a row's generation depend on what shares its batch? Compare it byte for byte with B=1."""
     engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
-    from rich.console import Console
+    from canvaslab.api import BatchSizeStudy
 
-    from canvaslab.models import load_model
-    from canvaslab.prompts import resolve_prompts
-    from canvaslab.reports.batch_study import batch_study_table
-    from canvaslab.studies.batch_size import BatchStudySettings
-    from canvaslab.studies.batch_size.design import check_row
-    from canvaslab.studies.batch_size.study import BatchSizeStudy
-    from canvaslab.studies.engine import run_study
-    from canvaslab.studies.engine.plan import check_registered
-
-    sizes = options.parse_batch_sizes(batch_sizes)
-    check_row(row, sizes, mode)
-    prompt_list = resolve_prompts(prompts)
-    settings = BatchStudySettings(batch_sizes=sizes, fill=fill, copy_prompt_cache=copy_prompt_cache, rng=rng, mode=mode,
-                                  seed=seed, generation=options.generation_overrides(steps, max_new_tokens),
-                                  record_ops=record_ops, repeat_control=repeat_control, row=row)
-    spec = options.study_model(model, dtype, device, layers, model_seed)
-    if not fresh:  # a folder holding another study is refused before the model loads
-        check_registered(out, BatchSizeStudy.name, BatchSizeStudy(spec, prompt_list, settings).plan())
-    # Loaded here for the local executor, so a bad model is one line before anything runs; Ray workers load their own.
-    loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed) if executor == "local" else None
-    study = BatchSizeStudy(spec, prompt_list, settings, loaded=loaded)
-    with study_progress("batch-size study", "prompts") as progress:
-        result, outcome = run_study(study, out, progress=progress, **engine)
-    console = Console()
-    console.print(batch_study_table(result, wide=wide))
-    if out is not None:
-        console.print(f"wrote {out / 'batch_study.json'}", highlight=False)
-    options.finish(console, outcome, "prompts")
+    plan = BatchSizeStudy(model=model, prompts=prompts, batch_sizes=batch_sizes, fill=fill, row=row,
+                          copy_prompt_cache=copy_prompt_cache, rng=rng, mode=mode, seed=seed, dtype=dtype,
+                          device=device, layers=layers, model_seed=model_seed, steps=steps,
+                          max_new_tokens=max_new_tokens, record_ops=record_ops, repeat_control=repeat_control)
+    options.run_and_print("batch_size", lambda progress: plan.run(out, progress=progress, **engine), out, wide)

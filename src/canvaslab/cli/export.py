@@ -36,7 +36,7 @@ def export(
                                                 callback=_parquet_file)] = None,
 ) -> None:
     """One row per finished unit (its record's fields as columns), readable by pandas and DuckDB."""
-    from canvaslab.studies.engine.export import export_parquet
+    from canvaslab.api import export as export_records
 
-    path = export_parquet(directory, out or directory / "records.parquet")
+    path = export_records(directory, out, format)
     typer.echo(f"wrote {path}")

@@ -34,16 +34,10 @@ def generate(
     """Generate one row per --prompt, batched, with transformers' own DiffusionGemma loop."""
     from rich.console import Console
 
-    from canvaslab.generation import generate as generate_rows
-    from canvaslab.models import load_model
+    from canvaslab.api import generate as generate_texts
 
-    loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
-    from canvaslab.scoring.prompting import encode_prompt
-
-    # A checkpoint with a chat template (the trained `mini`) gets its user turn, as the studies give it.
-    ids = [encode_prompt(loaded.tokenizer, text) for text in prompt]
-    output = generate_rows(loaded, ids, seed=seed, rng=rng, mode=mode,
-                           generation=options.generation_overrides(steps, max_new_tokens))
+    output = generate_texts(prompt, model, mode=mode, rng=rng, seed=seed, dtype=dtype, device=device, layers=layers,
+                            model_seed=model_seed, steps=steps, max_new_tokens=max_new_tokens)
     console = Console()
     for text, row in zip(prompt, output.rows):
         console.print(f"[bold]{text}[/]\n{row.text}\n[dim]stop: {row.stop_point}[/]\n", highlight=False)

@@ -13,8 +13,6 @@ import typer
 
 from canvaslab.cli import options
 from canvaslab.cli.app import app
-from canvaslab.cli.progress import progress as study_progress
-from canvaslab.errors import CanvaslabError
 
 noise_app = typer.Typer(help="The unused-token noise study: register a plan, then run it.", no_args_is_help=True)
 app.add_typer(noise_app, name="noise-study")
@@ -42,24 +40,16 @@ def plan_command(
     """Register the design: factors, outcomes, analysis, margins, decision rule; prints its hash."""
     from rich.console import Console
 
-    from canvaslab.studies.engine.plan import STORE_DIR
-    from canvaslab.studies.unused_tokens.model_facts import read_model_facts
-    from canvaslab.studies.unused_tokens.noise_study import OLD_RESULTS_FILE
-    from canvaslab.studies.unused_tokens.plan import build_plan, save_plan
-    from canvaslab.studies.unused_tokens.token_pools import build_token_pools
+    from canvaslab.api import NoiseStudy
 
-    if any((out / STORE_DIR / "records").glob("*.json")) or (out / OLD_RESULTS_FILE).exists():
-        raise CanvaslabError(f"{out} already holds results of a registered plan; a plan with results is never "
-                             "replaced: use a new --out")
-    facts, tokenizer = read_model_facts(model, layers, model_seed)
-    pools = build_token_pools(tokenizer, facts.vocab_size, facts.generation_defaults, token_counts)
-    plan = build_plan(facts, tokenizer, pools, design=design, seed=seed, margin=margin)
-    digest = save_plan(plan, out)
+    plan = NoiseStudy(model=model, design=design, margin=margin, token_counts=token_counts, seed=seed,
+                      layers=layers, model_seed=model_seed)
+    registration = plan.register(out)
     console = Console()
-    console.print(f"{plan.factors.n_conditions} conditions ({design}); rare-token control: "
-                  f"{plan.token_pools.rare_source['kind']}", highlight=False)
+    console.print(f"{registration.conditions} conditions ({design}); rare-token control: "
+                  f"{registration.rare_control}", highlight=False)
     console.print(f"wrote {out / 'plan.json'}", highlight=False)
-    console.print(f"plan sha256 {digest}", highlight=False)
+    console.print(f"plan sha256 {registration.sha256}", highlight=False)
 
 
 @noise_app.command("run")
@@ -83,23 +73,11 @@ def run_command(
 ) -> None:
     """Run (or resume) a registered plan; stores every condition (DIR/store), writes noise_study.json, prints the effects."""
     engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
-    # Imported here: scipy (the statistics) takes about a second that other commands need not pay.
-    from rich.console import Console
+    from canvaslab.api import NoiseStudy
 
-    from canvaslab.reports.noise_study import noise_study_table
-    from canvaslab.studies.unused_tokens.noise_study import REPORT_FILE, run_noise_study
-
-    with study_progress("noise study", "conditions") as progress:
-        report = run_noise_study(directory, device=device, dtype=dtype, batch_size=batch_size, mode=mode,
-                                 limit=limit, progress=progress, **engine)
-    outcome = report.pop("outcome")
-    console = Console()
-    console.print(noise_study_table(report), crop=False)
-    console.print(f"wrote {directory / REPORT_FILE}", highlight=False)
-    console.print(f"conditions: {outcome['ran']} ran, {outcome['skipped']} skipped as already done, "
-                  f"{len(outcome['failed'])} failed", highlight=False)
-    if outcome["failed"]:
-        raise typer.Exit(1)
+    options.run_and_print("unused_tokens", lambda progress: NoiseStudy.run_registered(
+        directory, device=device, dtype=dtype, batch_size=batch_size, mode=mode, limit=limit, progress=progress,
+        **engine), directory)
 
 
 @noise_app.command("report")

@@ -36,27 +36,8 @@ def op_scan(
 ) -> None:
     """Run every batch-sensitive op at the model's real shapes over a grid of batch sizes."""
     engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
-    from rich.console import Console
+    from canvaslab.api import OpScan
 
-    from canvaslab.cli.progress import progress as study_progress
-    from canvaslab.models import load_model
-    from canvaslab.reports.op_scan import op_scan_table
-    from canvaslab.studies.engine import run_study
-    from canvaslab.studies.engine.plan import check_registered
-    from canvaslab.studies.op_scan import RESULT_FILE, OpScanStudy
-
-    modes = ["stock", "invariant"] if mode == "both" else [mode]
-    sizes = options.parse_batch_sizes(batch_sizes)
-    spec = options.study_model(model, dtype, device, layers or 1, model_seed)
-    if not fresh:  # a folder holding another study is refused before the model loads
-        check_registered(out, OpScanStudy.name, OpScanStudy(spec, modes, sizes, seed).plan())
-    loaded = load_model(model, dtype=dtype, device=device, layers=layers or 1, seed=model_seed) \
-        if executor == "local" else None
-    study = OpScanStudy(spec, modes, sizes, seed, loaded=loaded)
-    with study_progress("op scan", "ops") as progress:
-        result, outcome = run_study(study, out, progress=progress, **engine)
-    console = Console()
-    console.print(op_scan_table(result["scans"]))
-    if out is not None:
-        console.print(f"wrote {out / RESULT_FILE}", highlight=False)
-    options.finish(console, outcome, "ops")
+    plan = OpScan(model=model, mode=mode, batch_sizes=batch_sizes, dtype=dtype, device=device, layers=layers,
+                  model_seed=model_seed, seed=seed)
+    options.run_and_print("op_scan", lambda progress: plan.run(out, progress=progress, **engine), out, False)

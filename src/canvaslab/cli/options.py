@@ -189,21 +189,6 @@ Bootstrap = Annotated[int, typer.Option("--bootstrap", help="prompt-clustered bo
                                         callback=whole_number(0))]
 
 
-def study_model(model: str, dtype: str, device: str, layers: Optional[int], seed: int) -> dict:
-    """The ``--model`` arguments as a study's plan records them, with the fingerprint of the trained weights
-    behind the name (``canvaslab.models.weights``): a folder resumed with retrained weights is another plan.
-    Random weights have none, and their plans stay as before it existed (their folders still resume)."""
-    from canvaslab.models.weights import weights_fingerprint
-
-    spec = {"spec": model, "dtype": dtype, "device": device, "layers": layers, "seed": seed}
-    weights = weights_fingerprint(model)
-    return spec if weights is None else {**spec, "weights": weights}
-
-
-def generation_overrides(steps: Optional[int], max_new_tokens: Optional[int]) -> dict:
-    return {"max_denoising_steps": steps, "max_new_tokens": max_new_tokens}
-
-
 # ---- the study engine's options (every study command) ------------------------------------------------
 
 def executor(ctx, param, value):
@@ -231,8 +216,32 @@ def engine_options(executor: str, ray_address: Optional[str], workers: Optional[
     return {"executor": executor, "ray_address": ray_address, "workers": workers, "retries": retries, "fresh": fresh}
 
 
+def run_and_print(study: str, run: Callable, out: Optional[Path], wide: bool = False, files: Sequence[str] = ()) -> None:
+    """What every study command does once its options are checked: ``run(progress)`` (a call of the Python API
+    returning ``Results``) under a progress line, then the study's tables, the files written and the outcome
+    (exit 1 if a unit failed). ``study``: its name in the registry of studies."""
+    from rich.console import Console
+
+    from canvaslab.api.registry import study_type
+    from canvaslab.cli.progress import Deferred, progress
+
+    kind = study_type(study)
+    with Deferred(progress(kind.section.title.lower(), kind.unit)) as report:
+        results = run(report)
+    console = Console()
+    for table in results.tables(wide):
+        console.print(table, crop=False, highlight=False)
+    if out is not None:
+        console.print(f"wrote {', '.join(str(out / name) for name in (files or [kind.result_file]))}",
+                      highlight=False)
+    finish(console, results.outcome, kind.unit)
+
+
 def finish(console, outcome, unit: str) -> None:
     """The study's final line; failed units (after their retries) end the command with exit code 1."""
-    console.print(outcome.line(unit), highlight=False)
-    if outcome.failed:
+    failed = outcome.failed
+    first = f" (first: {next(iter(failed))}: {next(iter(failed.values()))})" if failed else ""
+    console.print(f"{unit}: {outcome.ran} ran, {outcome.skipped} skipped as already done, {len(failed)} failed{first}",
+                  highlight=False)
+    if failed:
         raise typer.Exit(1)

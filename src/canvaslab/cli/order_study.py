@@ -8,7 +8,6 @@ accuracy on the same probes (``DIR/baseline.json``, and a column of the table).
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -19,7 +18,7 @@ from canvaslab.cli.app import app
 from canvaslab.cli.progress import progress as study_progress
 
 from canvaslab import choices
-from canvaslab.choices import REGIMES, SPLITS, SUITE_REGIMES, SUITES
+from canvaslab.choices import REGIMES, SPLITS, SUITES
 
 
 def _regimes(ctx, param, value):
@@ -66,40 +65,16 @@ def order_study(
 ) -> None:
     """In what order does the sampler commit canvas positions, per regime, and does confidence predict correctness?"""
     engine = options.engine_options(executor, ray_address, workers, retries, fresh)  # before any import
-    baseline_path = checked_baseline(baseline)
-    # Imported here: torch models, scipy and scikit-learn would slow every other canvaslab command.
-    from rich.console import Console
+    from canvaslab.api import CommitOrderStudy
 
-    from canvaslab.models import load_model
-    from canvaslab.scoring.probes import load_probe_suite
-    from canvaslab.studies.commit_order.study import run_order_study
-
-    chosen = [r.strip() for r in regimes.split(",") if r.strip()]
-    if regimes == ",".join(REGIMES):
-        chosen = list(SUITE_REGIMES[suite])
-    probes = load_probe_suite(chosen, split, prompts_per_regime, suite=suite)
-    loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
-    config = {"command": {"model": model, "split": split, "suite": suite, "prompts_per_regime": prompts_per_regime,
-                          "dtype": dtype, "device": str(loaded.device), "layers": layers, "model_seed": model_seed}}
-    spec = options.study_model(model, dtype, device, layers, model_seed)
-    with study_progress("order study", "generations") as progress:
-        metrics = run_order_study(
-            loaded, probes, list(range(seeds)), out_dir=out, batch_size=batch_size, mode=mode, rng=rng,
-            generation=options.generation_overrides(steps, max_new_tokens), parquet=parquet, n_bootstrap=bootstrap,
-            progress=progress, config=config, model=spec, **engine,
-        )
-    console = Console()
-    outcome = metrics.pop("outcome")
-    if baseline_path is not None:
-        budget = metrics["study"]["generation"]["max_new_tokens"]
-        del loaded
-        _free_memory()
-        metrics = add_baseline(metrics, baseline_path, probes, out, budget, device, dtype, batch_size)
-    _print_results(console, metrics, out, parquet, wide)
-    console.print(f"generations: {outcome['ran']} ran, {outcome['skipped']} skipped as already done, "
-                  f"{len(outcome['failed'])} failed", highlight=False)
-    if outcome["failed"]:
-        raise typer.Exit(1)
+    plan = CommitOrderStudy(
+        model=model, regimes=None if regimes == ",".join(REGIMES) else regimes, seeds=seeds,
+        prompts_per_regime=prompts_per_regime, split=split, suite=suite, batch_size=batch_size, baseline=baseline,
+        parquet=parquet, mode=mode, rng=rng, steps=steps, max_new_tokens=max_new_tokens, dtype=dtype, device=device,
+        layers=layers, model_seed=model_seed, bootstrap=bootstrap)
+    files = ["traces.jsonl", "order_metrics.json", *(["traces.parquet"] if parquet else []),
+             *(["baseline.json"] if baseline is not None else [])]
+    options.run_and_print("commit_order", lambda progress: plan.run(out, progress=progress, **engine), out, wide, files)
 
 
 def checked_baseline(baseline: Optional[Path]) -> Optional[Path]:
@@ -111,39 +86,11 @@ def checked_baseline(baseline: Optional[Path]) -> Optional[Path]:
     return check_baseline_path(baseline)
 
 
-def _free_memory() -> None:
-    """Let the diffusion model go before the baseline loads (two 26B models need not share the GPU)."""
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def add_baseline(metrics: dict[str, Any], path: Path, probes, out: Path, max_new_tokens: int,
                  device: str, dtype: str, batch_size: int) -> dict[str, Any]:
-    """Score the baseline, write baseline.json, and keep its accuracy in order_metrics.json under ``baseline``
-    (``order-study`` and ``order-metrics --baseline``)."""
-    from canvaslab.io import write_json_atomic
-    from canvaslab.studies.commit_order.baseline import baseline_summary, run_baseline
-    from canvaslab.studies.commit_order.study import METRICS_FILE
+    """``order-metrics --baseline``: the baseline scored with a progress line."""
+    from canvaslab.studies.commit_order.baseline import add_baseline as add
 
     with study_progress("baseline", "probes") as progress:
-        result = run_baseline(path, probes, out, max_new_tokens=max_new_tokens, device=device, dtype=dtype,
-                              batch_size=batch_size, progress=lambda done, total: progress(done, total))
-    metrics = {**metrics, "baseline": baseline_summary(result)}
-    write_json_atomic(out / METRICS_FILE, metrics)
-    return metrics
-
-
-def _print_results(console, metrics: dict[str, Any], out: Path, parquet: bool, wide: bool) -> None:
-    from canvaslab.reports.order_metrics import order_metrics_tables, pooled_auroc_line
-    from canvaslab.studies.commit_order.baseline import BASELINE_FILE
-    from canvaslab.studies.commit_order.study import METRICS_FILE, PARQUET_FILE, TRACES_FILE
-
-    for table in order_metrics_tables(metrics, wide=wide):
-        console.print(table)
-    console.print(pooled_auroc_line(metrics["pooled_auroc"]), highlight=False)  # as order-metrics prints it
-    written = [TRACES_FILE, METRICS_FILE, *([PARQUET_FILE] if parquet else []),
-               *([BASELINE_FILE] if "baseline" in metrics else [])]
-    console.print(f"wrote {', '.join(str(out / name) for name in written)}", highlight=False)
+        return add(metrics, path, probes, out, max_new_tokens, device, dtype, batch_size,
+                   progress=lambda done, total: progress(done, total))

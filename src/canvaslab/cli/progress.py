@@ -107,3 +107,24 @@ def progress(description: str, unit: str, stream: Optional[TextIO] = None):
     if console.is_terminal:
         return BarProgress(description, unit, console)
     return PlainProgress(description, unit, stream)
+
+
+class Deferred:
+    """A progress display started by the first report, not before: what fails while a study is checked and its
+    model loaded (a bad prompt file, a damaged folder, a missing model) is one line with no progress line."""
+
+    def __init__(self, display):
+        self.display, self.started = display, False
+
+    def __enter__(self) -> "Deferred":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.started:
+            self.display.__exit__(*exc)
+
+    def __call__(self, done: int, total: Optional[int], doing: str = "") -> None:
+        if not self.started:
+            self.display.__enter__()
+            self.started = True
+        self.display(done, total, doing)

@@ -8,17 +8,27 @@ from typing import List, Optional
 import typer
 
 from canvaslab.cli.app import app
+from canvaslab.errors import CanvaslabError
+
+
+def _existing(ctx, param, value):
+    """Missing folders are one line before the study readers (and torch) load."""
+    for folder in value:
+        if not folder.exists():
+            raise CanvaslabError(f"{folder}: no such folder")
+    return value
 
 
 @app.command("report")
 def report(
-    folders: List[Path] = typer.Argument(..., help="study folders (batch-study, order-study, noise-study, op-scan --out DIRs)"),
+    folders: List[Path] = typer.Argument(..., help="study folders (any study command's --out)",
+                               callback=_existing),
     out: Optional[Path] = typer.Option(None, "--out", help="the page to write (default: FIRST_DIR/report.html)"),
 ) -> None:
     """Turn study folders into one self-contained report.html, side by side, with figures beside it."""
     from rich.console import Console
 
-    from canvaslab.reports.html import build_report
+    from canvaslab.api import report as build_report
 
     written = build_report(folders, out)
     studies = ", ".join(f"{name} x{count}" for name, count in written.studies.items())

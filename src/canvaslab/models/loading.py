@@ -221,7 +221,7 @@ def load_model(
 
 
 def load_study_model(spec: dict[str, Any]) -> LoadedModel:
-    """Load the model a study's plan names (``cli.options.study_model``, ``repeat_control.model_spec``) in a
+    """Load the model a study's plan names (``canvaslab.api.models.model_record``, ``repeat_control.model_spec``) in a
     worker, refusing weights other than the plan's: a Ray node or a later resume may hold another ``mini``."""
     loaded = load_model(spec["spec"], dtype=spec["dtype"], device=spec["device"], layers=spec["layers"],
                         seed=spec["seed"])

@@ -11,7 +11,7 @@ import pytest
 
 from canvaslab.cli.main import main
 from canvaslab.errors import CanvaslabError
-from canvaslab.reports.html import build_report
+from canvaslab.api import report as build_report
 from canvaslab.reports.html.batch_panel import glance_rows, origin_groups
 from canvaslab.reports.html.op_scan_panel import class_matrix
 from canvaslab.reports.readers import batch_study

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from canvaslab.reports.html import build_report
+from canvaslab.api import report as build_report
 from canvaslab.reports.html.canvas_grid import canvas_dataset
 from canvaslab.reports.readers import batch_study
 

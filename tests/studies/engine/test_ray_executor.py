@@ -13,7 +13,7 @@ from canvaslab.prompts import builtin_prompts
 from canvaslab.studies.batch_size import BatchStudySettings
 from canvaslab.studies.batch_size.study import BatchSizeStudy, model_plan
 from canvaslab.studies.engine import run_study
-from canvaslab.studies.op_scan import OpScanStudy
+from canvaslab.studies.op_scan import OPS, OpScanStudy
 
 ray = pytest.importorskip("ray")
 
@@ -56,7 +56,7 @@ def test_op_scan_on_ray_gives_the_local_records(cluster, one_thread, tiny, tmp_p
         return OpScanStudy(model_plan(tiny), ["stock"], [1, 2], loaded=tiny)
 
     local, remote, local_view, ray_view = _both(study, tmp_path)
-    assert local == remote and len(remote) == 17
+    assert local == remote and len(remote) == len(OPS)
     assert local_view["scans"] == ray_view["scans"]
 
 

@@ -13,31 +13,27 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
+from types import ModuleType
+from typing import Callable, Sequence
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import write_text_atomic
-from canvaslab.reports import readers
 from canvaslab.reports.html import figures
-from canvaslab.reports.html.batch_panel import batch_column
 from canvaslab.reports.html.markup import esc, section
-from canvaslab.reports.html.noise_panel import noise_column
-from canvaslab.reports.html.op_scan_panel import op_scan_column
-from canvaslab.reports.html.order_panel import order_column
-from canvaslab.reports.readers import batch_study, noise_study, op_scan, order_metrics
 
 REPORT_FILE = "report.html"
-# (study, anchor, title, intro, reader, column builder), in page order.
-SECTIONS = (
-    (batch_study, "batch", "Batch-size study", "Row 0 alone (B=1) against row 0 inside batches of other sizes, "
-     "compared byte for byte, module by module and pass by pass.", batch_column),
-    (order_metrics, "order", "Commit-order study", "In what order the sampler commits canvas positions, per "
-     "regime, and whether its confidence predicts correctness.", order_column),
-    (noise_study, "noise", "Unused-token study", "Do <unusedN> tokens in the starting noise act as hidden mask "
-     "symbols? A pre-registered equivalence test against ordinary control tokens.", noise_column),
-    (op_scan, "ops", "Op scan", "Each batch-sensitive op at the model's real shapes over a grid of batch sizes: "
-     "which batch sizes agree with B=1 bit for bit.", op_scan_column),
-)
+
+
+@dataclass(frozen=True)
+class Section:
+    """A study's section of the page: the reader of its folders, its anchor, title and intro, and the builder of
+    one folder's column (``(study view, key, title, figures) -> html``, or ``(html, dataset)``)."""
+
+    reader: ModuleType
+    anchor: str
+    title: str
+    intro: str
+    column: Callable
 
 
 @dataclass
@@ -48,15 +44,15 @@ class Report:
     size_bytes: int
 
 
-def check_folders(folders: Sequence[Path]) -> list[Path]:
+def check_folders(folders: Sequence[Path], sections: Sequence[Section]) -> list[Path]:
     """Refuse, before any work, folders that are missing or hold no study output."""
     if not folders:
         raise CanvaslabError("give at least one study folder")
     for folder in folders:
         if not folder.exists():
             raise CanvaslabError(f"{folder}: no such folder")
-        if not readers.studies_in(folder):
-            files = ", ".join(reader.FILE for reader in readers.READERS)
+        if not any(part.reader.find(folder) is not None for part in sections):
+            files = ", ".join(part.reader.FILE for part in sections)
             raise CanvaslabError(f"{folder}: no study output found (looked for {files})")
     return list(folders)
 
@@ -115,14 +111,16 @@ def _build_column(reader, build, folder: Path, key: str, label: str, figs):
                              f"canvaslab ({type(error).__name__}: {error})") from None
 
 
-def build_report(folders: Sequence[Path], out: Path | None = None) -> Report:
-    """Write ``report.html`` (default: inside the first folder) and its figures; return what was written."""
-    folders = check_folders([Path(f) for f in folders])
+def build_report(folders: Sequence[Path], out: Path | None, sections: Sequence[Section]) -> Report:
+    """Write ``report.html`` (default: inside the first folder) and its figures, a section per study of
+    ``sections`` (the registry's, ``canvaslab.api.registry.report_sections``); return what was written."""
+    folders = check_folders([Path(f) for f in folders], sections)
     out = Path(out) if out is not None else (folders[0] if folders[0].is_dir() else folders[0].parent) / REPORT_FILE
     figs = figures.FigureSet(out.parent / f"{out.stem}-figures")
     labels = folder_labels(folders)
-    datasets, sections, nav, studies = [], [], [], {}
-    for reader, anchor, title, intro, build in SECTIONS:
+    datasets, parts, nav, studies = [], [], [], {}
+    for part in sections:
+        reader, anchor, title, intro, build = part.reader, part.anchor, part.title, part.intro, part.column
         columns = []
         for index, (folder, label) in enumerate(zip(folders, labels)):
             if reader.find(folder) is None:
@@ -135,7 +133,7 @@ def build_report(folders: Sequence[Path], out: Path | None = None) -> Report:
         if columns:
             studies[reader.STUDY] = len(columns)
             controls = _controls(datasets) if anchor == "batch" else ""
-            sections.append(section(anchor, title, intro, columns).replace('<div class="columns">',
+            parts.append(section(anchor, title, intro, columns).replace('<div class="columns">',
                                                                           controls + '<div class="columns">', 1))
             nav.append(f'<a href="#{anchor}">{esc(title)}</a>')
     page = (_asset("template.html")
@@ -145,6 +143,6 @@ def build_report(folders: Sequence[Path], out: Path | None = None) -> Report:
             .replace("<!--STYLE-->", _asset("report.css"))
             .replace("<!--SCRIPT-->", _asset("report.js"))
             .replace("<!--DATA-->", _script_safe_json(datasets))
-            .replace("<!--BODY-->", "".join(sections)))
+            .replace("<!--BODY-->", "".join(parts)))
     write_text_atomic(out, page)
     return Report(html=out, figures=figs.written, studies=studies, size_bytes=out.stat().st_size)

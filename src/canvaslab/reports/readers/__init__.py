@@ -5,15 +5,3 @@ files lack with ``None`` and a note, never failing on a missing optional key. Wh
 (a move to the study engine's store, for one), only its reader changes.
 """
 
-from __future__ import annotations
-
-from pathlib import Path
-
-from canvaslab.reports.readers import batch_study, noise_study, op_scan, order_metrics
-
-READERS = (batch_study, order_metrics, noise_study, op_scan)
-
-
-def studies_in(folder: Path) -> list[str]:
-    """The names of the studies whose outputs ``folder`` (or a single result file) holds."""
-    return [reader.STUDY for reader in READERS if reader.find(folder) is not None]

@@ -20,7 +20,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-import canvaslab
 from canvaslab.choices import REPEAT_CONTROLS, one_of
 from canvaslab.errors import CanvaslabError
 
@@ -51,14 +50,14 @@ def model_spec(loaded) -> dict[str, Any]:
                              "use --repeat-control same-process")
     arguments = {"spec": spec, "dtype": str(loaded.model.dtype).removeprefix("torch."), "device": str(loaded.device),
                  "layers": source.get("layers"), "seed": source.get("seed", 0)}
-    # trained weights are named by their fingerprint (cli.options.study_model); random ones by the arguments
+    # trained weights are named by their fingerprint (canvaslab.api.models.model_record); random ones by the arguments
     return arguments if source.get("weights") is None else {**arguments, "weights": source["weights"]}
 
 
 def fresh_process_signature(loaded, settings, prompt_ids: list[int]) -> dict[str, str]:
     """Run B=1 of ``prompt_ids`` in a new interpreter; its capture signature and hash seed."""
     seed = other_hash_seed(this_hash_seed())
-    source_root = str(Path(canvaslab.__file__).resolve().parents[1])  # this canvaslab, not another install
+    source_root = str(Path(__file__).resolve().parents[3])  # this canvaslab, not another install
     env = {**os.environ, "PYTHONHASHSEED": seed,
            "PYTHONPATH": os.pathsep.join(filter(None, [source_root, os.environ.get("PYTHONPATH")]))}
     request = {"model": model_spec(loaded), "settings": asdict(settings), "prompt_ids": list(prompt_ids),

@@ -155,3 +155,15 @@ def probes_of_traces(traces: str | Path, suite: str = "default") -> list[Probe]:
         raise CanvaslabError(f"{traces}: probe {missing[0]} is not in probe suite {suite!r} "
                              f"({len(missing)} of {len(ids)} missing); give the study's --suite")
     return [known[probe_id] for _, probe_id in ids]
+
+
+def add_baseline(metrics: dict[str, Any], path: Path, probes: Sequence[Probe], out: Path, max_new_tokens: int,
+                 device: str, dtype: str, batch_size: int,
+                 progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Score the baseline, write baseline.json, and keep its accuracy in order_metrics.json under ``baseline``
+    (the order study's ``baseline`` and ``canvaslab order-metrics --baseline``)."""
+    result = run_baseline(path, probes, out, max_new_tokens=max_new_tokens, device=device, dtype=dtype,
+                          batch_size=batch_size, progress=progress)
+    metrics = {**metrics, "baseline": baseline_summary(result)}
+    write_json_atomic(Path(out) / "order_metrics.json", metrics)
+    return metrics

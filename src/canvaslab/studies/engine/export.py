@@ -45,14 +45,20 @@ def store_rows(folder: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def export_parquet(folder: str | Path, path: str | Path) -> Path:
-    """Write ``folder``'s store to ``path`` (atomically, ``canvaslab.io.atomic_writer``)."""
+def store_table(folder: str | Path):
+    """``folder``'s store as one ``pyarrow.Table`` (the rows of ``store_rows``; a column a row lacks is null)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     rows = store_rows(Path(folder))
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    table = pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
+    return pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
+
+
+def export_parquet(folder: str | Path, path: str | Path) -> Path:
+    """Write ``folder``'s store to ``path`` (atomically, ``canvaslab.io.atomic_writer``)."""
+    import pyarrow.parquet as pq
+
+    table = store_table(folder)
     with atomic_writer(path, binary=True) as handle:
         pq.write_table(table, handle)
     return Path(path)

@@ -289,3 +289,29 @@ def load_plan(directory: str | Path) -> tuple[NoisePlan, str]:
                              f"{digest[:12]}..., {HASH_FILE} says {registered[:12]}...): write a new plan with "
                              "`canvaslab noise-study plan`")
     return NoisePlan.from_dict(data), digest
+
+
+def register_plan(directory: str | Path, model: str, *, design: str = "default", margin: float | None = None,
+                  token_counts: str | Path | None = None, seed: int = 0, layers: int | None = None,
+                  model_seed: int = 0, replace: bool = True) -> tuple[NoisePlan, str]:
+    """Build the plan these choices make and register it in ``directory``; returns it and its hash.
+
+    A folder holding results of a registered plan is refused (a plan with results is never replaced); so is a
+    folder holding another plan when ``replace`` is False (a run must not redefine a registered study)."""
+    from canvaslab.studies.engine.plan import STORE_DIR
+    from canvaslab.studies.unused_tokens.model_facts import read_model_facts
+    from canvaslab.studies.unused_tokens.token_pools import build_token_pools
+
+    directory = Path(directory)
+    facts, tokenizer = read_model_facts(model, layers, model_seed)
+    pools = build_token_pools(tokenizer, facts.vocab_size, facts.generation_defaults, token_counts)
+    plan = build_plan(facts, tokenizer, pools, design=design, seed=seed, margin=margin)
+    if (directory / PLAN_FILE).exists() and recorded_hash(directory) == plan_hash(plan):
+        return plan, plan_hash(plan)  # registered already: nothing to write
+    if any((directory / STORE_DIR / "records").glob("*.json")) or (directory / "results.jsonl").exists():
+        raise CanvaslabError(f"{directory} already holds results of a registered plan; a plan with results is never "
+                             "replaced: use a new folder")
+    if (directory / PLAN_FILE).exists() and not replace:
+        raise CanvaslabError(f"{directory} holds another registered plan than this one: use a new folder, or "
+                             "register this plan there first")
+    return plan, save_plan(plan, directory)

@@ -1,0 +1,54 @@
+"""canvaslab's Python API: what every command does, callable from a notebook with the same names, defaults and
+checks (a bad value raises ``CanvaslabError`` with the line the command prints).
+
+- ``load_model``, ``generate``                                  a model, and text from it
+- ``BatchSizeStudy``, ``OpScan``, ``CommitOrderStudy``, ``NoiseStudy``  frozen plans with ``run(out)``
+- ``open_results``, ``Results``                                 any study folder: plan, summary, records as a table
+- ``report``, ``export``                                        the HTML report and the Parquet export
+- ``STUDIES``                                                   the registry of studies (``canvaslab.api.registry``)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+from canvaslab.api.models import GeneratedRow, Generation, generate, load_model
+from canvaslab.api.plans import BatchSizeStudy, CommitOrderStudy, NoiseStudy, OpScan
+from canvaslab.api.results import Outcome, Results, open_results
+
+__all__ = ["BatchSizeStudy", "CommitOrderStudy", "GeneratedRow", "Generation", "NoiseStudy", "OpScan", "Outcome", "Results",
+           "STUDIES", "export", "generate", "load_model", "open_results", "report"]
+
+
+def report(folders: Sequence[Union[str, Path]], out: Optional[Union[str, Path]] = None):
+    """One self-contained ``report.html`` (default: in the first folder) and its figures from study folders, a
+    section per study, a column per folder (``canvaslab report``). Returns what was written (``html``,
+    ``figures``, ``studies``, ``size_bytes``)."""
+    from canvaslab.api.registry import report_sections
+    from canvaslab.reports.html import build_report
+
+    return build_report([Path(folder) for folder in folders], None if out is None else Path(out), report_sections())
+
+
+def export(folder: Union[str, Path], out: Optional[Union[str, Path]] = None, format: str = "parquet") -> Path:
+    """A study folder's stored units as one Parquet file (default ``FOLDER/records.parquet``; ``canvaslab
+    export``): the rows of ``open_results(folder).to_arrow()``."""
+    from canvaslab import choices
+    from canvaslab.studies.engine.export import export_parquet
+
+    choices.one_of("--format", format, choices.EXPORT_FORMATS)
+    folder = Path(folder)
+    if not folder.is_dir():
+        from canvaslab.errors import CanvaslabError
+
+        raise CanvaslabError(f"{folder}: no such folder; give a folder a study wrote (its --out)")
+    return export_parquet(folder, Path(out) if out is not None else folder / "records.parquet")
+
+
+def __getattr__(name: str):
+    if name == "STUDIES":  # the registry imports the report's readers (torch): on first use only
+        from canvaslab.api.registry import STUDIES
+
+        return STUDIES
+    raise AttributeError(f"module 'canvaslab.api' has no attribute {name!r}")
