@@ -12,6 +12,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.terminal import printable
 
 USAGE_EXIT = 2
 INTERRUPTED_EXIT = 130
@@ -21,7 +22,7 @@ def print_error(message: str) -> None:
     """One line on stderr; the message is plain text (paths may contain rich markup characters)."""
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     console.print("[bold red]error:[/] ", end="")
-    console.print(" ".join(message.splitlines()), markup=False)
+    console.print(printable(" ".join(message.splitlines())), markup=False)
 
 
 class CanvaslabGroup(TyperGroup):
@@ -33,7 +34,7 @@ class CanvaslabGroup(TyperGroup):
             return super().invoke(ctx)
         except CanvaslabError as error:
             print_error(str(error))
-            raise typer.Exit(USAGE_EXIT) from None
+            raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
             Console(stderr=True).print("interrupted: a study keeps what it finished; rerun the same command to resume")
             raise typer.Exit(INTERRUPTED_EXIT) from None
