@@ -45,7 +45,7 @@ def test_batch_sizes_accept_text_and_sequences(value, expected):
     assert choices.batch_sizes(value) == expected
 
 
-@pytest.mark.parametrize("value", ["1", (1,), "0,2", (2, 5000), "a,b", (2.5,), (True, 2)])
+@pytest.mark.parametrize("value", ["1", (1,), "0,2", (2, 5000), "a,b", (2.5,), (True, 2), 3, None])
 def test_bad_batch_sizes_are_one_line(value):
     with pytest.raises(CanvaslabError, match="^--batch-sizes"):
         choices.batch_sizes(value)

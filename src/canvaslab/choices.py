@@ -8,8 +8,11 @@ command line spells it, before torch or a model loads.
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Optional, Sequence
+import tempfile
+from pathlib import Path
+from typing import Optional, Sequence, Union
 
 from canvaslab.errors import CanvaslabError
 
@@ -76,6 +79,8 @@ def batch_sizes(value) -> list[int]:
             raise CanvaslabError(f"--batch-sizes {value!r}: give whole numbers separated by commas, "
                                  "e.g. 1,2,3,4") from None
     else:
+        if not isinstance(value, (list, tuple, range)):
+            raise CanvaslabError(f"--batch-sizes {value!r}: give a sequence of whole numbers, e.g. (1, 2, 3, 4)")
         sizes = list(value)
         if any(isinstance(size, bool) or not isinstance(size, int) for size in sizes):
             raise CanvaslabError(f"--batch-sizes {value!r}: give whole numbers, e.g. (1, 2, 3, 4)")
@@ -123,3 +128,90 @@ def engine_options(executor: str, ray_address: Optional[str], workers: Optional[
 
         if importlib.util.find_spec("ray") is None:
             raise CanvaslabError("--executor ray: needs Ray: pip install 'canvaslab[ray]'")
+
+
+# ---- paths --------------------------------------------------------------------------------------------
+
+NAME_MAX = 255  # bytes in one path component (Linux, macOS)
+
+
+def _path(option: str, value: Union[str, os.PathLike]) -> Path:
+    path = Path(value)
+    long = [part for part in path.parts if len(os.fsencode(part)) > NAME_MAX]
+    if long:
+        raise CanvaslabError(f"{option} {str(path)[:80]}...: a path component is {len(os.fsencode(long[0]))} bytes; "
+                             f"file systems allow {NAME_MAX}")
+    return path
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not os.path.lexists(path):
+        path = path.parent
+    return path
+
+
+def _probe_writable(folder: Path) -> Optional[str]:
+    """Why nothing can be written in ``folder`` (None if a file can be created there).
+
+    A real probe, not permission bits: root ignores those, but not a read-only mount or /proc."""
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".canvaslab-probe-")
+    except OSError as error:
+        return error.strerror or str(error)
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
+def _check_can_create(option: str, path: Path) -> None:
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        raise CanvaslabError(f"{option} {path}: {existing} is a file, so nothing can be created under it")
+    why = _probe_writable(existing)
+    if why is not None:
+        raise CanvaslabError(f"{option} {path}: cannot write in {existing} ({why})")
+
+
+def writable_folder(option: str, value) -> Path:
+    """An output folder: an existing folder or one that can be created, where files can be written."""
+    path = _path(option, value)
+    if path.exists() and not path.is_dir():
+        raise CanvaslabError(f"{option} {path}: is a file; give a folder")
+    _check_can_create(option, path)
+    return path
+
+
+def existing_writable_folder(option: str, value) -> Path:
+    """A study folder that must already exist (written by an earlier step) and will be written to."""
+    path = _path(option, value)
+    if not path.is_dir():
+        raise CanvaslabError(f"{option} {path}: {'is not a folder' if path.exists() else 'does not exist'}")
+    _check_can_create(option, path)
+    return path
+
+
+def writable_file(option: str, value, suffixes: Sequence[str] = ()) -> Path:
+    """An output file: not a folder, with one of ``suffixes`` if given, in a folder that exists or can be made."""
+    path = _path(option, value)
+    if path.is_dir():
+        raise CanvaslabError(f"{option} {path}: is a folder; give a file path")
+    if suffixes and path.suffix not in suffixes:
+        raise CanvaslabError(f"{option} {path}: name a {' or '.join(suffixes)} file")
+    _check_can_create(option, path)
+    return path
+
+
+def readable_file(option: str, value, suffixes: Sequence[str] = ()) -> Path:
+    """An input file that exists, is a file, has one of ``suffixes`` if given, and can be read."""
+    path = _path(option, value)
+    if suffixes and path.suffix not in suffixes:
+        raise CanvaslabError(f"{option} {path}: must be a {' or '.join(suffixes)} file")
+    if not path.is_file():
+        raise CanvaslabError(f"{option} {path}: {'is a folder, not a file' if path.exists() else 'no such file'}")
+    try:
+        with path.open("rb") as handle:
+            handle.read(1)
+    except OSError as error:
+        raise CanvaslabError(f"{option} {path}: cannot be read ({error.strerror})") from None
+    return path

@@ -37,13 +37,16 @@ def export(folder: Union[str, Path], out: Optional[Union[str, Path]] = None, for
     from canvaslab import choices
     from canvaslab.studies.engine.export import export_parquet
 
+    from canvaslab.errors import CanvaslabError
+
     choices.one_of("--format", format, choices.EXPORT_FORMATS)
     folder = Path(folder)
     if not folder.is_dir():
-        from canvaslab.errors import CanvaslabError
-
         raise CanvaslabError(f"{folder}: no such folder; give a folder a study wrote (its --out)")
-    return export_parquet(folder, Path(out) if out is not None else folder / "records.parquet")
+    if not (folder / "store" / "plan.json").is_file():
+        raise CanvaslabError(f"{folder} holds no study store (store/plan.json); give a folder a study wrote")
+    out = folder / "records.parquet" if out is None else choices.writable_file("--out", out, (".parquet",))
+    return export_parquet(folder, out)
 
 
 def __getattr__(name: str):

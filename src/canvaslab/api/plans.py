@@ -29,13 +29,8 @@ def _set(plan, name: str, value) -> None:
     object.__setattr__(plan, name, value)  # normalising a frozen plan's field in __post_init__
 
 
-def _folder(out: Optional[Folder], option: str = "--out") -> Optional[Path]:
-    if out is None:
-        return None
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise CanvaslabError(f"{option} {out}: is a file; give a folder")
-    return out
+def _folder(out: Optional[Folder]) -> Optional[Path]:
+    return None if out is None else choices.writable_folder("--out", out)
 
 
 def _generation(steps: Optional[int], max_new_tokens: Optional[int]) -> dict[str, Any]:
@@ -297,8 +292,8 @@ class NoiseStudy(_Plan):
         choices.one_of("--design", self.design, choices.NOISE_DESIGNS)
         if self.margin is not None:
             choices.positive_number("--margin", self.margin)
-        if self.token_counts is not None and not Path(self.token_counts).is_file():
-            raise CanvaslabError(f"--token-counts {self.token_counts}: no such file")
+        if self.token_counts is not None:
+            choices.readable_file("--token-counts", self.token_counts, (".npy",))
         choices.whole_number("--seed", self.seed, 0, choices.MAX_SEED)
         choices.whole_number("--batch-size", self.batch_size, 1)
         choices.one_of("--mode", self.mode, choices.MODES)
@@ -329,6 +324,7 @@ class NoiseStudy(_Plan):
         choices.one_of("--mode", mode, choices.MODES)
         choices.optional_whole_number("--limit", limit, 1)
         choices.engine_options(executor, ray_address, workers, retries)
+        choices.existing_writable_folder("DIRECTORY", folder)
         from canvaslab.studies.unused_tokens.noise_study import run_noise_study
 
         report = run_noise_study(Path(folder), device=device, dtype=dtype, batch_size=batch_size, mode=mode,

@@ -10,8 +10,6 @@ shared with the Python API and the layers that act on them.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Callable, Optional, Sequence
 
@@ -77,75 +75,24 @@ def prompts(ctx, param, value):
 
 # ---- paths -------------------------------------------------------------------------------------------
 
-def _nearest_existing(path: Path) -> Path:
-    path = path.absolute()
-    while not os.path.lexists(path):
-        path = path.parent
-    return path
-
-
-def _probe_writable(folder: Path) -> Optional[str]:
-    """Why nothing can be written in ``folder`` (None if a file can be created there).
-
-    A real probe, not permission bits: root ignores those, but not a read-only mount or /proc."""
-    try:
-        fd, name = tempfile.mkstemp(dir=folder, prefix=".canvaslab-probe-")
-    except OSError as error:
-        return error.strerror or str(error)
-    os.close(fd)
-    os.unlink(name)
-    return None
-
-
-def _check_can_create(param, path: Path) -> None:
-    existing = _nearest_existing(path)
-    if not existing.is_dir():
-        raise _bad(param, path, f"{existing} is a file, so nothing can be created under it")
-    why = _probe_writable(existing)
-    if why is not None:
-        raise _bad(param, path, f"cannot write in {existing} ({why})")
-
-
 def writable_folder(ctx, param, value):
     """An output folder: an existing folder or one that can be created, where files can be written."""
-    if value is not None:
-        if value.exists() and not value.is_dir():
-            raise _bad(param, value, "is a file; give a folder")
-        _check_can_create(param, value)
-    return value
+    return value if value is None else choices.writable_folder(option_name(param), value)
 
 
 def existing_writable_folder(ctx, param, value):
     """A study folder that must already exist (written by an earlier step) and will be written to."""
-    if not value.is_dir():
-        raise _bad(param, value, "is not a folder" if value.exists() else "does not exist")
-    _check_can_create(param, value)
-    return value
+    return choices.existing_writable_folder(option_name(param), value)
 
 
 def writable_file(ctx, param, value):
     """An output file: not a folder, and its folder exists or can be created."""
-    if value is not None:
-        if value.is_dir():
-            raise _bad(param, value, "is a folder; give a file path")
-        _check_can_create(param, value)
-    return value
+    return value if value is None else choices.writable_file(option_name(param), value)
 
 
 def readable_file(suffixes: Sequence[str] = ()) -> Callable:
     def check(ctx, param, value):
-        if value is None:
-            return None
-        if suffixes and value.suffix not in suffixes:
-            raise _bad(param, value, f"must be a {' or '.join(suffixes)} file")
-        if not value.is_file():
-            raise _bad(param, value, "is a folder, not a file" if value.exists() else "no such file")
-        try:
-            with value.open("rb") as handle:
-                handle.read(1)
-        except OSError as error:
-            raise _bad(param, value, f"cannot be read ({error.strerror})") from None
-        return value
+        return value if value is None else choices.readable_file(option_name(param), value, suffixes)
 
     return check
 
