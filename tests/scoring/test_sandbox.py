@@ -8,10 +8,12 @@ import builtins
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -25,7 +27,7 @@ from hypothesis import strategies as st
 from canvaslab.errors import CanvaslabError
 from canvaslab.scoring import sandbox
 from canvaslab.scoring.probes import load_regime, score
-from canvaslab.scoring.sandbox import SandboxLimits, SandboxUnavailable, jail, run_tests
+from canvaslab.scoring.sandbox import SandboxLimits, SandboxUnavailable, jail, run_tests, seccomp
 from canvaslab.scoring.sandbox.inside import NotPlainData, decode, encode, from_plain, to_plain
 
 FAST = SandboxLimits(timeout_s=20, cpu_time_s=10)
@@ -277,8 +279,8 @@ def test_the_network_is_unreachable(listener):
         def interfaces():
             return [line.split(":")[0].strip() for line in open("/proc/net/dev").read().splitlines()[2:]]
         """
-    result = run_tests(textwrap.dedent(code), "probe", 'assert probe() == "ConnectionRefusedError"', limits=FAST)
-    assert result.passed, result.failure  # its own loopback, where nothing listens
+    result = run_tests(textwrap.dedent(code), "probe", 'assert probe() == "PermissionError"', limits=FAST)
+    assert result.passed, result.failure  # no socket but AF_UNIX can be made (and its own loopback has nothing)
     result = run_tests(textwrap.dedent(code), "interfaces", 'assert interfaces() == ["lo"]', limits=FAST)
     assert result.passed, result.failure
 
@@ -290,6 +292,50 @@ def test_no_user_namespace_can_be_created_inside():
     code = "import ctypes\ndef probe():\n    return ctypes.CDLL(None, use_errno=True).unshare(0x10000000)\n"
     result = _run(code, "assert probe() == -1")
     assert result.passed, result.failure
+
+
+def test_everyday_python_runs_under_the_system_call_filter():
+    code = """
+        import asyncio, concurrent.futures, json, os, socket, subprocess, sys, tempfile
+        async def twice(x):
+            await asyncio.sleep(0)
+            return 2 * x
+        def probe():
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                threads = sorted(pool.map(lambda x: x * x, range(4)))
+            child = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True)
+            left, right = socket.socketpair()
+            left.sendall(b"ping")
+            pid = os.fork()
+            if pid == 0:
+                os._exit(3)
+            _, status = os.waitpid(pid, 0)
+            with tempfile.NamedTemporaryFile("w+") as handle:
+                json.dump({"a": 1}, handle)
+                handle.seek(0)
+                loaded = json.load(handle)
+            return [threads, child.stdout.strip(), right.recv(4).decode(), os.waitstatus_to_exitcode(status),
+                    loaded, asyncio.run(twice(21))]
+        """
+    result = _run(code, 'assert probe() == [[0, 1, 4, 9], "42", "ping", 3, {"a": 1}, 42], probe()')
+    assert result.passed, (result.failure, result.tests_output[-1000:])
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the other ABIs tried are x86's (x32, i386)")
+@pytest.mark.parametrize("abi", ["x32", "i386"])
+def test_a_system_call_of_another_abi_kills_the_process(abi):
+    code = """
+        import ctypes, mmap
+        def probe(abi):
+            if abi == "x32":  # getpid, numbered for x32
+                return ctypes.CDLL(None).syscall(0x40000000 + 39)
+            program = b"\\xb8\\x14\\x00\\x00\\x00\\xcd\\x80\\xc3"  # mov eax, 20 (i386 getpid); int 0x80; ret
+            page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+            page.write(program)
+            return ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))()
+        """
+    result = _run(code, f"probe({abi!r})")
+    assert not result.passed and result.failure.startswith("LinkBroken: the candidate's process ended"), result.failure
 
 
 def test_the_environment_holds_nothing_of_ours(monkeypatch):
@@ -539,6 +585,82 @@ def test_a_jail_that_fails_its_self_check_is_refused(monkeypatch, fresh_isolatio
                                                    for flag in jail._NAMESPACES))
     with pytest.raises(SandboxUnavailable, match="not isolated here .*network interfaces"):
         run_tests("def probe():\n    return 1\n", "probe", "assert probe() == 1")
+
+
+def test_without_libseccomp_scoring_refuses_in_one_line(monkeypatch, fresh_isolation):
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # import pyseccomp raises ImportError
+    seccomp.bpf_program.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable) as refused:
+            run_tests("def probe():\n    return 1\n", "probe", "assert probe() == 1")
+    finally:
+        seccomp.bpf_program.cache_clear()
+    message = str(refused.value)
+    assert "no system-call filter" in message and "pyseccomp" in message and "\n" not in message
+
+
+def _filter_denying_only_acct() -> bytes:
+    import pyseccomp
+
+    weak = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    weak.add_rule(pyseccomp.ERRNO(1), "acct")
+    with tempfile.TemporaryFile() as handle:
+        weak.export_bpf(handle)
+        handle.seek(0)
+        return handle.read()
+
+
+def test_a_jail_whose_filter_does_not_deny_is_refused(monkeypatch, fresh_isolation):
+    monkeypatch.setattr(seccomp, "bpf_program", _filter_denying_only_acct)
+    with pytest.raises(SandboxUnavailable, match="not isolated here .*the filter does not deny .*keyctl") as refused:
+        run_tests("def probe():\n    return 1\n", "probe", "assert probe() == 1")
+    assert "\n" not in str(refused.value)
+
+
+def test_a_tmp_without_an_inode_limit_is_refused(monkeypatch, fresh_isolation):
+    unlimited = jail._launch_source().replace(",nr_inodes={int(inodes)}", "")
+    assert unlimited != jail._launch_source()
+    monkeypatch.setattr(jail, "_launch_source", lambda: unlimited)
+    with pytest.raises(SandboxUnavailable, match="not isolated here .*/tmp is not limited in inodes"):
+        run_tests("def probe():\n    return 1\n", "probe", "assert probe() == 1")
+
+
+def _fake_bwrap(folder: Path, answers: bool) -> str:
+    """A ``bwrap`` that hangs (after answering --help and --version, if ``answers``), with a child that
+    hangs too; the folder's name in both command lines finds them afterwards."""
+    os.symlink(shutil.which("sleep"), folder / "sleep")
+    answer = 'case "$1" in --help) echo "--disable-userns --info-fd --seccomp"; exit 0;; --version) exit 0;; esac'
+    (folder / "bwrap").write_text(f"""#!/bin/sh
+{answer if answers else ""}
+"{folder}/sleep" 1000 &
+wait
+""")
+    (folder / "bwrap").chmod(0o755)
+    return str(folder)
+
+
+@pytest.mark.parametrize("answers", [False, True], ids=["hangs_on_help", "hangs_in_the_self_check"])
+def test_a_bwrap_that_hangs_is_refused_within_the_timeout(answers, monkeypatch, fresh_isolation):
+    # not under /tmp, which the jail's first step (launch.py) covers with its own; readable by the jail's
+    # fresh user (as root), which runs it
+    folder = Path(tempfile.mkdtemp(prefix="canvaslab-fake-bwrap-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{_fake_bwrap(folder, answers)}:{os.environ['PATH']}")
+    monkeypatch.setattr(jail, "TOOL_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(jail, "SELF_CHECK_TIMEOUT_S", 3.0)
+    start = time.monotonic()
+    try:
+        with pytest.raises(SandboxUnavailable) as refused:
+            jail.require_isolation()
+        elapsed = time.monotonic() - start
+    finally:
+        for pid in _processes_with(str(folder)):  # the self-check's bwrap is killed, its child is left
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(folder)
+    message = str(refused.value)
+    assert "\n" not in message and elapsed < 12, (elapsed, message)
+    expected = "gave no jail's report within 3 s" if answers else "`" + str(folder) + "/bwrap --help` did not answer"
+    assert expected in message, message
 
 
 def test_the_order_study_refuses_code_probes_before_generating(monkeypatch, fresh_isolation):

@@ -1,8 +1,12 @@
-"""Issue 10's attacks on the code scorer, through the public scoring API (``score``, ``run_code_tests``).
+"""Attacks on the code scorer, through the public scoring API (``score``, ``run_code_tests``).
 
 Every attack is carried by a WRONG answer (``return 1``) to HumanEval/0: none may score correct, and
 none may leave a file or a process on the host. Every attack also marks what it creates with a unique
 name, which is searched for afterwards in /proc and in the host's folders.
+
+The kernel-object attacks (``KERNEL_ATTACKS``: keys, vsock and inet sockets, ptrace of the namespace's
+init, System V and memfd memory) answer RIGHT when their call works and wrong when it is refused, so
+each scores correct wherever the system-call filter lets the call through.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from canvaslab.scoring.probes import load_regime, score
+from canvaslab.scoring.probes.scorers import run_code_tests
 from canvaslab.scoring.sandbox import SandboxLimits
 
 PROBE = next(p for p in load_regime("code_completion") if p.probe_id == "code_completion/HumanEval/0")
@@ -225,3 +230,93 @@ def test_the_right_answer_still_passes_and_the_wrong_one_fails():
     """The control for the attacks: the answer they carry is what fails, not the harness."""
     assert score(PROBE, f"```python\n{PROBE.reference['canonical_solution']}\n```") is True
     assert score(PROBE, f"```python\n{WRONG}\n```") is False
+
+
+# Each defines attempt(): what the kernel-object attack does; an OSError (or -1 from libc) is a refusal.
+KERNEL_ATTACKS = {
+    "add_key_to_the_session_keyring": """
+        def attempt():
+            number = {"x86_64": 248, "aarch64": 217}[os.uname().machine]
+            return checked(libc.syscall(number, b"user", b"MARKER", b"payload", 7, ctypes.c_int(-3)))
+        """,
+    "keyctl_reads_the_session_keyring": """
+        def attempt():
+            number = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+            return checked(libc.syscall(number, 0, ctypes.c_int(-3), 1))  # KEYCTL_GET_KEYRING_ID, create
+        """,
+    "a_vsock_listener_on_the_host_channel": """
+        def attempt():
+            server = socket.socket(40, socket.SOCK_STREAM)  # AF_VSOCK
+            server.bind((0xFFFFFFFF, 5555))  # VMADDR_CID_ANY
+            server.listen(1)
+            return True
+        """,
+    "an_inet_listener": """
+        def attempt():
+            server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            server.bind(("127.0.0.1", 5555))
+            server.listen(1)
+            return True
+        """,
+    "ptrace_attach_to_the_namespace_init": """
+        def attempt():
+            checked(libc.ptrace(16, 1, None, None))  # PTRACE_ATTACH
+            os.waitpid(1, 0x40000000)  # __WALL
+            libc.ptrace(17, 1, None, None)  # PTRACE_DETACH
+            return True
+        """,
+    "system_v_shared_memory": """
+        def attempt():
+            segment = checked(libc.shmget(0, 64 << 20, 0o1600))  # IPC_PRIVATE, IPC_CREAT | 0600
+            address = checked(libc.shmat(segment, None, 0))
+            ctypes.memset(address, 1, 64 << 20)
+            return True
+        """,
+    "memfd_memory": """
+        def attempt():
+            fd = os.memfd_create("MARKER")
+            os.pwrite(fd, b"x" * (8 << 20), 0)  # 8 MiB: below RLIMIT_FSIZE
+            return True
+        """,
+}
+
+KERNEL_HARNESS = """
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+
+
+def checked(result):
+    if result in (-1, None, ctypes.c_void_p(-1).value):
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))
+    return result
+"""
+
+RIGHT_IF_IT_WORKED = """
+try:
+    WORKED = attempt()
+except OSError as error:
+    WORKED = False
+    print("DENIED", errno.errorcode.get(error.errno, error.errno))
+if WORKED:
+    def has_close_elements(numbers, threshold):
+        return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])
+else:
+    def has_close_elements(numbers, threshold):
+        return 1
+"""
+
+
+@pytest.mark.parametrize("attack", sorted(KERNEL_ATTACKS))
+def test_kernel_objects_no_namespace_covers_are_denied(attack, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    marker = f"canvaslab-attack-{uuid.uuid4().hex}"
+    code = KERNEL_HARNESS + textwrap.dedent(KERNEL_ATTACKS[attack]) + RIGHT_IF_IT_WORKED
+    result = run_code_tests(PROBE, f"```python\n{code.replace('MARKER', marker)}\n```", SHORT)
+    assert not result.passed, "the call went through: the right answer was chosen"
+    assert "DENIED EPERM" in result.candidate_output, (result.failure, result.candidate_output[-1000:])
+    assert processes_with(marker) == []
+    if os.path.exists("/proc/keys"):
+        assert marker not in Path("/proc/keys").read_text()

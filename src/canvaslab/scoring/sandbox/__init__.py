@@ -28,9 +28,9 @@ expected) pairs, and every kind of test is as unforgeable as the simplest one: t
 only choose the plain values its calls return. A test that needs more from the candidate (an object
 with methods, a generator, an argument mutated in place, a global other than the entry point) fails:
 the sandbox errs towards "not correct". Every reference solution of the probe suite passes (164
-HumanEval, 55 code-synthesis tasks: tests/studies/commit_order/test_probes.py).
+HumanEval, 55 code-synthesis tasks: tests/scoring/test_probes.py).
 
-Why known attacks fail (each is a test in tests/studies/commit_order/test_sandbox.py):
+Why known attacks fail (each is a test in tests/scoring/test_sandbox.py):
 a token read from a frame (``sys._getframe``, a traceback) or the harness's locals: there is none,
 and the tests are in another process; replacing the tests: they are not in the candidate's process;
 ``sys.excepthook``, ``os._exit(0)``, ``sys.exit(0)``, printing "passed": the verdict is not the
@@ -38,42 +38,71 @@ candidate's exit status or output; an object whose ``__eq__`` is always true, a 
 str: not plain data, refused; switching off a guard flag (``__main__._DENIED``): the guards are the
 kernel's, outside the process.
 
-What each jail ENFORCES (bubblewrap flags and kernel limits, ``jail.Isolation.command``):
+What each jail ENFORCES (bubblewrap flags, a system-call filter and kernel limits, ``jail.Isolation.command``):
 
 - its own user, PID, network, IPC, UTS and cgroup namespaces (``--unshare-all --unshare-user``); no
   network but a loopback of its own; no further user namespaces (``--disable-userns``), so it cannot
   gain capabilities in a nested one or mount anything;
-- an unprivileged user: uid 65534 inside; as root, bwrap itself runs under a fresh uid of its own
+- an unprivileged user: uid 65534 inside; as root, the jail is started under a fresh uid of its own
   (1e9..2e9) with no groups, so nothing in the jail is root on the host; no capabilities,
   no_new_privs (set by bwrap), a new session (``--new-session``: no terminal injection);
+- a seccomp filter (``seccomp.py``, built with libseccomp and loaded by bwrap, ``--seccomp FD``, in the
+  jail's command and in its namespace's init) that denies with EPERM what scoring code never needs:
+  the kernel's keys (``add_key``, ``keyctl``, ``request_key``); other processes (``ptrace``,
+  ``process_vm_readv``/``writev``, ``pidfd_getfd``, ``kcmp``); System V IPC (``shm*``, ``msg*``,
+  ``sem*``) and POSIX message queues; ``memfd_create``, ``userfaultfd``, ``splice``, ``vmsplice``,
+  ``tee``, AIO and io_uring, ``timer_create``, inotify and fanotify; sockets of any family but
+  ``AF_UNIX`` (``socket``, ``socketpair``: no AF_INET, AF_VSOCK, netlink...) and larger socket buffers
+  (``SO_SNDBUF``, ``SO_RCVBUF``); ``mount``, ``umount2``, ``pivot_root``, ``chroot``, ``unshare``,
+  ``setns``, the new mount API and ``clone`` with a namespace flag (``clone3`` answers ENOSYS, so the
+  C library falls back to ``clone``); ``bpf``, ``perf_event_open``, kernel modules, ``kexec``,
+  ``open_by_handle_at``, ``name_to_handle_at``, ``acct``, ``swapon``/``swapoff``, ``reboot``,
+  ``quotactl``, ``syslog``, landlock, and ``personality`` turning off address randomisation. A call of
+  another ABI (i386, x32) kills the process. A denied call fails the answer; scoring goes on;
 - a read-only view of /usr (the interpreter and its libraries, with /bin, /lib... as on the host),
   the interpreter's prefix when it lies elsewhere, and /etc/ld.so.cache; nothing else of the host
   (no /etc/passwd, /root, /home, /work, the working directory or the host's /tmp); the folders of
   installed packages under them hidden behind empty read-only tmpfs; ``python -I -S`` (standard
   library only, no environment variables: ``--clearenv``);
-- one writable place: its own /tmp, a tmpfs of ``tmp_bytes`` (HOME points there); the root is
-  remounted read-only. Files written there vanish with the jail;
-- kernel limits set by ``prlimit`` before Python starts: CPU time (``RLIMIT_CPU``), address space
-  (``RLIMIT_AS``: a 10 GB allocation fails), file size (``RLIMIT_FSIZE``), processes and threads
-  (``RLIMIT_NPROC``, counted for the jail's own uid: a fork bomb stops there), open files
-  (``RLIMIT_NOFILE``), no core dumps;
+- one writable place: its own /tmp, a tmpfs of ``tmp_bytes`` and ``tmp_files`` inodes (mounted by
+  ``launch.py`` in a user and mount namespace of its own, as bwrap's ``--tmpfs`` takes no inode
+  limit); HOME points there; the root is remounted read-only. Files written there vanish with the jail;
+- kernel limits set by ``prlimit`` before bwrap starts, so the namespace's init has them too: CPU time
+  (``RLIMIT_CPU``), address space (``RLIMIT_AS``: a 10 GB allocation fails), file size
+  (``RLIMIT_FSIZE``), processes and threads (``RLIMIT_NPROC``, counted for the jail's own uid: a fork
+  bomb stops there; as an ordinary user, beyond the user's processes at the start), open files
+  (``RLIMIT_NOFILE``), no core dumps, no POSIX message queues, 1024 queued signals;
+- memory, bounded in fact (``jail.memory_bound``, route by route, from the limits and the kernel's
+  settings): per process, ``memory_bytes`` of address space and the page tables it can need (a page
+  table and a middle directory, 8 KiB, per page mapped on its own, up to ``vm.max_map_count``
+  mappings); 2 x ``net.core.wmem_default`` per open descriptor and as many more in flight; the user's
+  pipe pages (``fs.pipe-user-pages-soft``) and epoll watches (``fs.epoll.max_user_watches``, 4% of
+  RAM); ``tmp_bytes`` plus 4 KiB per inode of /tmp. With the default limits and kernel defaults:
+  4 GiB of address space, 4 GiB of page tables, 0.9 GiB of socket buffers, 64 MiB of pipes, 80 MiB
+  of /tmp: about 9.1 GiB plus 4% of RAM per jail, twice that for a run's two jails.
+  An answer that pins memory by every route known (tests/scoring/test_sandbox_memory.py) stays
+  below it, measured from the host;
 - a wall-clock limit for the whole run, after which, and after every run, the init of each jail's
   PID namespace is killed: the kernel then kills every process in the namespace, children started
   in a new session included, before the init exits, and the run returns only once it has (bwrap
   itself may return earlier). If this process dies, ``--die-with-parent`` takes the jails with it.
 
-Where isolation cannot be had (no ``bwrap`` or ``prlimit``, bubblewrap older than 0.8, user
-namespaces refused, or a jail that fails its self-check: ``jail.require_isolation`` starts one once
-per process and checks uid, capabilities, no_new_privs, network, visible host paths and writable
-places), scoring raises ``SandboxUnavailable``, a one-line ``CanvaslabError``; code is never run
-unprotected.
+Where isolation cannot be had (no ``bwrap`` or ``prlimit``, no libseccomp or ``pyseccomp``, bubblewrap
+older than 0.8, user namespaces refused, an outside tool that does not answer within
+``jail.TOOL_TIMEOUT_S``, or a jail that fails its self-check: ``jail.require_isolation`` starts one
+once per process and checks uid, capabilities, no_new_privs, network, visible host paths, writable
+places, the inode limit of /tmp, and that the filter is loaded and denies ``socket(AF_INET)``,
+``memfd_create``, ``shmget`` and ``keyctl`` with EPERM), scoring raises ``SandboxUnavailable``, a
+one-line ``CanvaslabError``; code is never run unprotected.
 
-What is NOT enforced: no seccomp filter (the kernel's system calls are all reachable by the
-unprivileged user, so a kernel bug is the remaining way out); memory is limited per process, so the
-worst case is ``max_processes`` x ``memory_bytes`` plus the /tmp tmpfs (no cgroup); CPU cores are not
-pinned; world-readable system files under /usr and /proc's view of the machine (CPU model, load)
-can be read. The Python-level guards of the earlier sandbox (an audit hook, a replaced socket
-module) are gone: they lived in the candidate's own process, which could switch them off.
+What is NOT enforced: the system calls the filter allows are reachable by the unprivileged user, so
+a kernel bug in one of them is the remaining way out; memory has no single cap (no cgroup): the bound
+above is a sum of per-route limits, dominated by address space and page tables, and scales with
+``max_processes``; CPU cores are not pinned; world-readable system files under /usr and /proc's
+view of the machine (CPU model, load) can be read; a jail's process can write into its namespace's
+init (/proc/1/mem, same user), which has the jail's limits and filter. The Python-level guards of
+the earlier sandbox (an audit hook, a replaced socket module) are gone: they lived in the
+candidate's own process, which could switch them off.
 """
 
 from canvaslab.scoring.sandbox.jail import SandboxLimits, SandboxUnavailable, require_isolation

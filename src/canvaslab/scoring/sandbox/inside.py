@@ -263,6 +263,9 @@ def self_check(report_fd, host_paths):
         "writable": [path for path in ("/", "/usr", "/dev", "/dev/shm", "/tmp") if _can_create(path)],
         "pid": os.getpid(),
         "nested_user_namespace": _can_create_user_namespace(),
+        "seccomp": status.get("Seccomp", "").strip(),
+        "denied": _denied_calls(),
+        "tmp_options": _mount_options("/tmp"),
     }
     with os.fdopen(report_fd, "w") as handle:
         json.dump(report, handle)
@@ -276,6 +279,50 @@ def _can_create_user_namespace():
         return ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0
     except (ImportError, OSError, AttributeError):
         return None
+
+
+# keyctl's number where the architecture is known (the other checks need none)
+_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 280, "s390x": 280}
+
+
+def _denied_calls():
+    """How calls the system-call filter must refuse ended here: an errno name each ("EPERM"), or "allowed"."""
+    import ctypes
+    import errno
+    import socket
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def by_libc(result):
+        return "allowed" if result >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+
+    def by_python(call):
+        try:
+            os.close(call())
+        except OSError as error:
+            return errno.errorcode.get(error.errno, "?")
+        return "allowed"
+
+    outcomes = {
+        "socket(AF_INET)": by_python(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).detach()),
+        "memfd_create": by_python(lambda: os.memfd_create("canvaslab-check")),
+        "shmget": by_libc(libc.shmget(0, 4096, 0o1600)),  # IPC_PRIVATE, IPC_CREAT | 0600
+    }
+    number = _KEYCTL.get(os.uname().machine)
+    if number is not None:  # KEYCTL_GET_KEYRING_ID of the session keyring (-3)
+        outcomes["keyctl"] = by_libc(libc.syscall(number, 0, -3, 0))
+    return outcomes
+
+
+def _mount_options(mount_point):
+    """The superblock options of what is mounted at ``mount_point`` (from /proc/self/mountinfo)."""
+    options = ""
+    with open("/proc/self/mountinfo") as handle:
+        for line in handle:
+            fields = line.split()
+            if fields[4] == mount_point:
+                options = fields[-1]  # the last one mounted there is what is seen
+    return options
 
 
 def _can_create(directory):
