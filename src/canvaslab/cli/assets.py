@@ -1,4 +1,6 @@
-"""``canvaslab assets tokenizer|corpus``: the explicit, one-time preparation of offline assets."""
+"""``canvaslab assets tokenizer|corpus``: the explicit, one-time preparation of offline assets.
+
+What they print (paths, package and file names) is shown with control characters escaped, never as markup."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import typer
 
 from canvaslab.cli import options
 from canvaslab.cli.app import app
+from canvaslab.terminal import printable
 
 assets_app = typer.Typer(
     help="Prepare offline assets once: the Gemma 3 tokenizer cache and the English corpus.",
@@ -17,6 +20,11 @@ assets_app = typer.Typer(
 app.add_typer(assets_app, name="assets")
 
 CACHE_HELP = "cache root (default: $CANVASLAB_CACHE, else ~/.cache/canvaslab)"
+
+
+def _say(console):
+    """A ``log(message)`` printing one line: control characters escaped, brackets shown literally."""
+    return lambda message: console.print(printable(message), markup=False, highlight=False)
 
 
 @assets_app.command("tokenizer")
@@ -30,10 +38,10 @@ def assets_tokenizer(
 
     from canvaslab.assets import convert_gemma3_tokenizer
 
-    console = Console()
-    target = convert_gemma3_tokenizer(cache_dir, force=force, log=console.print)
-    console.print(f"gemma3 tokenizer ready: {target}")
-    console.print("use it with: canvaslab vocab-scan --tokenizer gemma3")
+    say = _say(Console())
+    target = convert_gemma3_tokenizer(cache_dir, force=force, log=say)
+    say(f"gemma3 tokenizer ready: {target}")
+    say("use it with: canvaslab vocab-scan --tokenizer gemma3")
 
 
 @assets_app.command("corpus")
@@ -48,7 +56,7 @@ def assets_corpus(
 
     from canvaslab.assets import build_corpus, manifest_path
 
-    console = Console()
-    manifest = build_corpus(out, scratch_dir=scratch_dir, log=console.print)
-    console.print(f"corpus: {out} ({manifest['bytes'] / 1e6:.1f} MB, sha256 {manifest['sha256'][:12]}...)")
-    console.print(f"manifest: {manifest_path(out)}")
+    say = _say(Console())
+    manifest = build_corpus(out, scratch_dir=scratch_dir, log=say)
+    say(f"corpus: {out} ({manifest['bytes'] / 1e6:.1f} MB, sha256 {manifest['sha256'][:12]}...)")
+    say(f"manifest: {manifest_path(out)}")

@@ -1,4 +1,8 @@
-"""``canvaslab generate``: generate text with per-row randomness (or transformers' own)."""
+"""``canvaslab generate``: generate text with per-row randomness (or transformers' own).
+
+The prompts and the generated text are shown line by line with every other control character escaped (an
+escape sequence in a prompt or in a model's output is shown, never sent to the terminal), and never read as
+markup."""
 
 from __future__ import annotations
 
@@ -9,12 +13,18 @@ import typer
 from canvaslab.cli import options
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
+from canvaslab.terminal import printable
 
 
 def _non_empty(ctx, param, value):
     if any(not text.strip() for text in value):
         raise CanvaslabError(f"{options.option_name(param)} must not be empty")
     return value
+
+
+def shown_lines(text: object) -> str:
+    """``text`` with its line breaks kept and every other control character escaped."""
+    return "\n".join(printable(line) for line in str(text).split("\n"))
 
 
 @app.command("generate")
@@ -33,6 +43,7 @@ def generate(
 ) -> None:
     """Generate one row per --prompt, batched, with transformers' own DiffusionGemma loop."""
     from rich.console import Console
+    from rich.text import Text
 
     from canvaslab.api import generate as generate_texts
 
@@ -40,4 +51,9 @@ def generate(
                             model_seed=model_seed, steps=steps, max_new_tokens=max_new_tokens)
     console = Console()
     for text, row in zip(prompt, output.rows):
-        console.print(f"[bold]{text}[/]\n{row.text}\n[dim]stop: {row.stop_point}[/]\n", highlight=False)
+        shown = Text()
+        shown.append(shown_lines(text), style="bold")
+        shown.append(f"\n{shown_lines(row.text)}\n")
+        shown.append(f"stop: {printable(row.stop_point)}", style="dim")
+        shown.append("\n")
+        console.print(shown, highlight=False)

@@ -18,6 +18,7 @@ from canvaslab.cli.app import app
 from canvaslab.choices import SUITES
 from canvaslab.cli.order_study import add_baseline, checked_baseline
 from canvaslab.errors import CanvaslabError
+from canvaslab.terminal import printable
 
 RESULT_NAME = "order_metrics.json"
 PARQUET_NAME = "traces.parquet"
@@ -89,4 +90,4 @@ def order_metrics_command(
     for table in order_metrics_tables(metrics, wide=wide):
         console.print(table)
     console.print(pooled_auroc_line(metrics["pooled_auroc"]), highlight=False)
-    console.print(f"wrote {', '.join(map(str, written))}", highlight=False)
+    console.print(printable(f"wrote {', '.join(map(str, written))}"), markup=False, highlight=False)

@@ -4,7 +4,8 @@ On a terminal: rich's bar on stderr, gone when the command ends. Otherwise (a lo
 would print nothing useful, so plain lines go to stderr: one when the work starts, one when a unit finishes
 (at most one per ``min_gap`` seconds, and always the last), and a heartbeat every ``heartbeat`` seconds
 while a long unit runs, so a log never sits silent for minutes. Every study calls
-``progress(done, total, doing)``, ``doing`` naming the unit now running.
+``progress(done, total, doing)``, ``doing`` naming the unit now running. ``doing`` may hold a prompt id or
+other text from outside: it is shown with its control characters escaped and never read as markup.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Callable, Optional, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from canvaslab.terminal import printable
 
 
 def _clock_text(seconds: float) -> str:
@@ -71,7 +74,7 @@ class PlainProgress:
         if self.total is None:
             return f"{self.description}: started, {elapsed}"
         text = f"{self.description}: {self.done}/{self.total} {self.unit} finished, {elapsed}"
-        return text + (f"; running {self.doing}" if self.doing and self.done != self.total else "")
+        return text + (f"; running {printable(self.doing)}" if self.doing and self.done != self.total else "")
 
     def _print(self) -> None:
         print(self.line(), file=self.stream, flush=True)
@@ -83,21 +86,21 @@ class BarProgress:
 
     def __init__(self, description: str, unit: str, console: Console):
         self.description = description
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+        self.bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
                             TextColumn(f"{{task.completed}}/{{task.total}} {unit}"), TimeElapsedColumn(),
                             console=console, transient=True)
         self.task = None
 
     def __enter__(self) -> "BarProgress":
         self.bar.__enter__()
-        self.task = self.bar.add_task(self.description, total=None)
+        self.task = self.bar.add_task(printable(self.description), total=None)
         return self
 
     def __exit__(self, *exc) -> None:
         self.bar.__exit__(*exc)
 
     def __call__(self, done: int, total: Optional[int], doing: str = "") -> None:
-        self.bar.update(self.task, completed=done, total=total, description=doing or self.description)
+        self.bar.update(self.task, completed=done, total=total, description=printable(doing or self.description))
 
 
 def progress(description: str, unit: str, stream: Optional[TextIO] = None):

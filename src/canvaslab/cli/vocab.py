@@ -11,6 +11,7 @@ import typer
 from canvaslab.cli import options
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
+from canvaslab.terminal import printable
 
 REPORT_FILE = "vocab_scan.json"
 COUNTS_FILE = "token_counts.npy"
@@ -51,4 +52,4 @@ def vocab_scan(
     write_json_atomic(out / REPORT_FILE, report)
     console = Console()
     console.print(vocab_scan_table(report))
-    console.print(f"wrote {out / REPORT_FILE}")
+    console.print(printable(f"wrote {out / REPORT_FILE}"), markup=False, highlight=False)

@@ -1,7 +1,8 @@
 """The batch-size study's terminal table: one row per batched run, fitting 80 columns.
 
 Module paths are shortened (``reports.names``); ``wide=True`` adds the passes column and prints the
-full paths. The JSON result keeps every detail.
+full paths. The JSON result keeps every detail. Every value read from the result (prompt ids, module paths,
+pass labels) is shown with its control characters escaped and never read as markup.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from typing import Any
 
 from rich import box
 from rich.table import Table
-from rich.text import Text
 
-from canvaslab.reports.names import compact_location, compact_module_path
+from canvaslab.reports.names import cell, compact_location, compact_module_path, plain
+from canvaslab.terminal import printable
 
 
 def _pct(value: float | None) -> str:
@@ -30,14 +31,14 @@ def _origin_cell(run, name) -> str:
         return "-"
     if first and origin["name"] == first["call"]:
         return "itself" if origin["inputs_identical"] else "earlier, unrecorded"
-    return name(origin["name"]) + ("" if origin["inputs_identical"] else " (inputs differed)")
+    return printable(name(origin["name"])) + ("" if origin["inputs_identical"] else " (inputs differed)")
 
 
 def _first_cell(run, wide: bool) -> str:
     first = run["first_divergence"]
     if not first:
         return "none"
-    return f"{first['pass']} {first['call']}" if wide else compact_location(first["pass"], first["call"])
+    return printable(f"{first['pass']} {first['call']}" if wide else compact_location(first["pass"], first["call"]))
 
 
 def batch_study_table(result: dict[str, Any], wide: bool = False) -> Table:
@@ -59,13 +60,15 @@ def batch_study_table(result: dict[str, Any], wide: bool = False) -> Table:
     table.add_column("changed", no_wrap=True)
     for run, origin in zip(result["runs"], origins):
         table.add_row(
-            Text(str(run["prompt_id"])), str(run["batch_size"]), _first_cell(run, wide), *([origin] if show_origin else []),
-            _pct(run["router_scores_changed_pct"]), _pct(run["final_logits_changed_pct"]),
-            *([f"{run['passes_matching']}/{run['passes_total']}"] if wide else []), _changed(run),
+            cell(run["prompt_id"]), cell(run["batch_size"]), plain(_first_cell(run, wide)),
+            *([plain(origin)] if show_origin else []),
+            plain(_pct(run["router_scores_changed_pct"])), plain(_pct(run["final_logits_changed_pct"])),
+            *([cell(f"{run['passes_matching']}/{run['passes_total']}")] if wide else []), plain(_changed(run)),
         )
-    table.caption = _caption(result)
+    caption = _caption(result)
     if not show_origin and "itself" in origins:
-        table.caption += "; origin: in every diverged run the first divergence itself (its inputs matched)"
+        caption += "; origin: in every diverged run the first divergence itself (its inputs matched)"
+    table.caption = plain(caption)
     return table
 
 
@@ -78,7 +81,7 @@ def _caption(result: dict[str, Any]) -> str:
         f"{summary['equivalence_classes']}; repeat B=1 identical: {summary['repeat_control_identical']}"
         f"{_repeat_where(result.get('repeat_control'))}"
     )
-    return caption
+    return printable(caption)
 
 
 def _repeat_where(repeat: dict | None) -> str:

@@ -1,12 +1,29 @@
 """Compact names for terminal tables: DiffusionGemma's module paths and pass labels, shortened the same
 way in every table so that the tables fit 80 columns (the parts' names come from
-``canvaslab.models.anatomy``). The JSON results keep the full names."""
+``canvaslab.models.anatomy``). The JSON results keep the full names.
+
+``cell`` makes any value a table cell that rich shows as it is: control characters escaped (the value may come
+from a prompt file, a model or a study folder) and no ``[...]`` read as markup."""
 
 from __future__ import annotations
 
 import re
 
+from rich.text import Text
+
 from canvaslab.models import anatomy
+from canvaslab.terminal import printable
+
+
+def cell(value: object) -> Text:
+    """``value`` as rich text: every control character escaped, brackets shown literally (never markup)."""
+    return Text(printable(value))
+
+
+def plain(text: str) -> Text:
+    """Text composed here (its outside parts already passed through ``printable``), newlines kept: brackets
+    shown literally (never markup)."""
+    return Text(text)
 
 
 def _component(name: str, short: str) -> tuple[str, str]:

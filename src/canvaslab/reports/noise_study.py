@@ -1,10 +1,16 @@
-"""The noise study's terminal table: one row per (comparison, outcome), the safeguard in the caption."""
+"""The noise study's terminal table: one row per (comparison, outcome), the safeguard in the caption.
+
+Names read from the report (comparisons, outcomes, verdicts, fields) are shown with control characters escaped
+and never read as markup."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.table import Table
+
+from canvaslab.reports.names import plain
+from canvaslab.terminal import printable
 
 
 def _number(value: float | None, digits: int = 4) -> str:
@@ -23,17 +29,18 @@ def _safeguard_caption(safeguard: dict[str, Any]) -> str:
 
 
 def _row(effect: dict[str, Any]) -> list[str]:
-    return [effect["comparison"], effect["outcome"] + (" *" if effect["primary"] else ""), str(effect["n_pairs"]),
-            _number(effect["mean_difference"]), _ci(effect), _number(effect["margin"]), _number(effect["tost_p"], 3),
-            effect["verdict"]]
+    return [printable(effect["comparison"]), printable(effect["outcome"]) + (" *" if effect["primary"] else ""),
+            printable(effect["n_pairs"]), _number(effect["mean_difference"]), _ci(effect), _number(effect["margin"]),
+            _number(effect["tost_p"], 3), printable(effect["verdict"])]
 
 
 def noise_study_table(report: dict[str, Any]) -> Table:
     conclusion = report["conclusion"]
-    table = Table(title=f"unused-token noise study, plan {report['plan_hash'][:12]}: {report['conditions_run']}/"
-                        f"{report['conditions_total']} conditions; unused tokens act as masks? "
-                        # the decision rule is for the whole design: a partial run's answer is provisional
-                        f"{conclusion['answer']}{'' if report['complete'] else ' (interim, design incomplete)'}")
+    table = Table(title=plain(printable(
+        f"unused-token noise study, plan {report['plan_hash'][:12]}: {report['conditions_run']}/"
+        f"{report['conditions_total']} conditions; unused tokens act as masks? "
+        # the decision rule is for the whole design: a partial run's answer is provisional
+        f"{conclusion['answer']}{'' if report['complete'] else ' (interim, design incomplete)'}")))
     columns = ("comparison", "outcome", "pairs", "mean diff", f"{report['effects'][0]['ci_level']:.0%} CI", "margin",
                "TOST p", "verdict")
     rows = [_row(effect) for effect in report["effects"]]
@@ -41,6 +48,6 @@ def noise_study_table(report: dict[str, Any]) -> Table:
         # Never narrower than the longest cell: a narrow terminal wraps the table, not the numbers.
         table.add_column(name, min_width=max(len(cell) for cell in [name, *(row[index] for row in rows)]))
     for row in rows:
-        table.add_row(*row)
-    table.caption = f"* primary outcome. {_safeguard_caption(report['safeguard'])}"
+        table.add_row(*map(plain, row))
+    table.caption = plain(printable(f"* primary outcome. {_safeguard_caption(report['safeguard'])}"))
     return table

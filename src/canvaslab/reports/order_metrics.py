@@ -2,7 +2,8 @@
 
 Twelve measures with confidence intervals do not fit 80 columns in one table, so by default they are
 printed as two: commit order (rank correlations, batching, un-accepts) and confidence vs correctness
-(calls, entropy, accuracy, AUROC). ``wide=True`` prints one table. The JSON holds every value.
+(calls, entropy, accuracy, AUROC). ``wide=True`` prints one table. The JSON holds every value. Regime names and
+other text read from the metrics are shown with control characters escaped and never read as markup.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from typing import Any, Mapping, Sequence
 
 from rich import box
 from rich.table import Table
+from rich.text import Text
+
+from canvaslab.reports.names import plain
+from canvaslab.terminal import printable
 
 ORDER_COLUMNS = ("regime", "n", "tau_b", "tau16", "control", "tok/call", "same", "unacc")
 CONFIDENCE_COLUMNS = ("regime", "calls", "H", "acc", "AUROC")
@@ -20,7 +25,7 @@ BASELINE_COLUMN = "AR acc"  # the autoregressive baseline's accuracy (``order-st
 def order_metrics_tables(metrics: dict[str, Any], wide: bool = False) -> list[Table]:
     """The regime tables; with a scored baseline (``metrics["baseline"]``) the last one adds its accuracy."""
     cells = {regime: _cells(regime, summary) for regime, summary in metrics["regimes"].items()}
-    title = f"commit order: {metrics['n_generations']} generations, 95% prompt-clustered CIs"
+    title = printable(f"commit order: {metrics['n_generations']} generations, 95% prompt-clustered CIs")
     extra = _baseline_column(metrics)
     if wide:
         return [_table(title, cells, ORDER_COLUMNS + CONFIDENCE_COLUMNS[1:], extra)]
@@ -46,28 +51,28 @@ def _table(title: str, cells: dict[str, dict[str, str]], columns: Sequence[str],
            extra: Mapping[str, Sequence[str]]) -> Table:
     rows = [[row[name] for name in columns] + [values[index] for values in extra.values()]
             for index, row in enumerate(cells.values())]
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    table = Table(title=plain(title), box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for index, name in enumerate([*columns, *extra]):
         # A column never narrower than its longest line: a narrow terminal wraps the table, not the numbers.
         width = max(len(line) for cell in [name, *(row[index] for row in rows)] for line in cell.split("\n"))
         table.add_column(name, justify="left" if index == 0 else "right", min_width=width)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(plain, row))
     return table
 
 
 def _cells(regime: str, summary: dict[str, Any]) -> dict[str, str]:
     calls = summary["accept_calls"]
     return {
-        "regime": regime,
-        "n": str(summary["n_generations"]),
+        "regime": printable(regime),
+        "n": printable(summary["n_generations"]),
         "tau_b": _with_ci(summary["tau_b"], summary["tau_b_ci"]) + f"\nn={defined_in(summary)}",
         "tau16": _number(summary["block_tau"]["16"]),
         "control": _number(summary["control_tau"]),
         "tok/call": _number(summary["tokens_per_call"], 1),
         "same": _number(summary["same_call_fraction"], 2),
         "unacc": _number(summary["unaccept_events"], 1),
-        "calls": f"{calls['mean']:.1f}/{calls['budget']}",
+        "calls": printable(f"{calls['mean']:.1f}/{calls['budget']}"),
         "H": _number(summary["commit_entropy_mean"], 4),
         "acc": _number(summary["accuracy"], 2),
         "AUROC": _with_ci(summary["auroc"], summary["auroc_ci"]),
@@ -90,9 +95,10 @@ def _with_ci(value: float | None, ci: list[float] | None) -> str:
     return _number(value) if ci is None else f"{value:.3f}\n[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def pooled_auroc_line(pooled: dict[str, Any]) -> str:
+def pooled_auroc_line(pooled: dict[str, Any]) -> Text:
     value = _number(pooled["value"])
     flag = pooled["simpson_prone"]
     test = {True: "Simpson flag RAISED (pooling misrepresents the regimes)", False: "Simpson flag not raised",
-            None: f"Simpson test undefined ({pooled.get('simpson_reason')})"}[flag]
-    return f"pooled AUROC {value} over {pooled['n']} generations, a diagnostic: {test}; report within-regime AUROC"
+            None: f"Simpson test undefined ({printable(pooled.get('simpson_reason'))})"}[flag]
+    return plain(f"pooled AUROC {value} over {printable(pooled['n'])} generations, a diagnostic: {test}; "
+                 "report within-regime AUROC")
