@@ -194,3 +194,18 @@ def test_bar_progress_escapes_the_running_unit():
     for raw in ("\x1b]", CLEAR, "\x9b", "\x07"):
         assert raw not in output, repr(output)
     assert_shown(output, *SHOWN, *SHOWN_TEXT)
+
+
+def test_the_outcome_line_escapes_a_failed_units_id_and_error():
+    import io
+
+    from rich.console import Console
+
+    from canvaslab.api.results import Outcome
+    from canvaslab.cli.options import finish
+    import typer
+
+    buffer = io.StringIO()
+    with pytest.raises(typer.Exit):
+        finish(Console(file=buffer, width=200), Outcome(0, 0, {"p\x1b]52;c;aGk=\x07": "Error: \x1b[2J"}), "prompts")
+    assert "\x1b" not in buffer.getvalue() and "\\x1b]52" in buffer.getvalue()

@@ -16,6 +16,7 @@ from typing import Annotated, Callable, Optional, Sequence
 import typer
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.terminal import printable
 
 from canvaslab import choices
 from canvaslab.choices import DTYPES, MAX_BATCH, MAX_SEED, MODES, PRESET_NAMES, RNGS
@@ -187,7 +188,7 @@ def run_and_print(study: str, run: Callable, out: Optional[Path], wide: bool = F
 def finish(console, outcome, unit: str) -> None:
     """The study's final line; failed units (after their retries) end the command with exit code 1."""
     failed = outcome.failed
-    first = f" (first: {next(iter(failed))}: {next(iter(failed.values()))})" if failed else ""
+    first = f" (first: {printable(next(iter(failed)))}: {printable(next(iter(failed.values())))})" if failed else ""
     console.print(f"{unit}: {outcome.ran} ran, {outcome.skipped} skipped as already done, {len(failed)} failed{first}",
                   highlight=False)
     if failed:
