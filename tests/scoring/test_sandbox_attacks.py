@@ -320,3 +320,37 @@ def test_kernel_objects_no_namespace_covers_are_denied(attack, tmp_path, monkeyp
     assert processes_with(marker) == []
     if os.path.exists("/proc/keys"):
         assert marker not in Path("/proc/keys").read_text()
+
+
+# Forged answers on the link: the candidate writes its own lines, naming ids of objects it was never sent
+# (the tests' expected value), to rewrite them or be answered with them, or drops every id there is. The
+# tests hold `expected` and never pass it: only what crossed can be reached, as in one process, and the
+# WRONG answer ([9]) fails. Through the sandbox's own API: HumanEval/0's tests hold no such object.
+FORGED_ANSWERS = {
+    "rewrite_every_even_id": {"objects": [[sid, [9]] for sid in range(0, 400, 2)], "returned": [9]},
+    "rewrite_every_odd_id": {"objects": [[sid, [9]] for sid in range(1, 400, 2)], "returned": [9]},
+    "return_an_id_never_sent": {"objects": [], "returned": {"ref": 2}},
+    "rewrite_the_argument_and_return_it": {"objects": [[0, [9]]], "returned": {"ref": 0}},
+    "drop_a_trillion_ids": {"objects": [], "dropped": [[0, 10**12]], "returned": [9]},
+    "raise_an_exception_the_tests_catch_as_stop": {"raised": "X", "builtin": "StopIteration", "message": ""},
+}
+FORGED_TESTS = """
+expected = [1, 2, 3]
+assert all(map(lambda data: probe(data) == expected, [[3, 1, 2]]))
+assert expected == [1, 2, 3]
+"""
+
+
+@pytest.mark.parametrize("attack", sorted(FORGED_ANSWERS))
+def test_a_forged_answer_reaches_only_what_crossed(attack):
+    import json
+
+    from canvaslab.scoring.sandbox import run_tests
+
+    answer = {"objects": [], "dropped": [], "entry": 0, **FORGED_ANSWERS[attack]}
+    line = json.dumps(answer).encode() + b"\n"
+    code = f"import os, sys\ndef probe(data):\n    os.write(int(sys.argv[4]), {line!r})\n    return [9]\n"
+    result = run_tests(code, "probe", FORGED_TESTS, limits=SHORT)
+    assert not result.passed and not result.timed_out, result.failure
+    right = run_tests("def probe(data):\n    return sorted(data)\n", "probe", FORGED_TESTS, limits=SHORT)
+    assert right.passed, right.failure  # the control

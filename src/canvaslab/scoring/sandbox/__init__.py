@@ -4,31 +4,66 @@ The code scorers of the commit-order study must run what a model wrote. That cod
 it may try to be scored correct without being correct, or to harm the machine. ``run_tests`` runs
 one probe's tests against it in two bubblewrap jails (``jail``), joined by two pipes:
 
-- the CANDIDATE jail runs the model's code and a small server (``inside.serve_candidate``) that calls
-  the entry point with arguments it is sent and sends back the return value, or the name of the
-  exception raised, as plain data (JSON of None, bool, int, float, str, list, tuple, set, frozenset,
-  dict, nothing else: ``inside.to_plain``). This process holds no test, no expected value, no token:
-  there is nothing in it worth stealing or forging;
+- the CANDIDATE jail runs the model's code and a small server (``inside.CandidateServer``) that calls
+  the entry point with arguments it is sent and sends back the return value, or the exception raised,
+  as plain data (JSON of None, bool, int, float, str, list, tuple, set, frozenset, dict, nothing else:
+  ``inside.to_plain``). This process holds no test, no expected value, no token: there is nothing in
+  it worth stealing or forging;
 - the TESTS jail runs only trusted code: the probe's test source, unchanged (HumanEval's
   ``check(candidate)`` with its asserts, loops, random inputs and helper functions; our
   ``assert f(x) == y`` lines), after the trusted prelude (HumanEval's prompt, whose helpers such as
   ``poly`` the tests use), with the entry point's name bound to a proxy that makes each call a round
-  trip to the candidate jail. Values coming back are rebuilt by ``inside.from_plain`` as exact
-  builtin types, so the comparisons the tests make are the builtins' own; an exception's name comes back
-  as that built-in exception (a test may expect one), except ``StopIteration`` and ``StopAsyncIteration``,
-  which would quietly end a test's loop over ``map()``: those, like any other name, become
-  ``CandidateRaised``. Its verdict goes to a
-  descriptor only this process reads;
+  trip to the candidate jail. Values coming back are rebuilt as exact builtin types
+  (``inside.from_plain``), so the comparisons the tests make are the builtins' own. The lists, sets,
+  dicts and NaNs that cross are shared as one process shares objects (``inside.Mirror``): an argument
+  the candidate mutates, before returning or raising, is mutated in the tests' own object; an argument
+  it returns is the tests' object itself; an object passed twice is one object to the candidate, in
+  one call or in two; an object either side keeps shows the other side's later changes; a NaN is one
+  object on both sides exactly when it is one. An exception comes back as its nearest built-in class
+  (a test may expect one: the candidate's subclass of ValueError is a ValueError; SystemExit,
+  KeyboardInterrupt and the candidate's own BaseExceptions pass ``except Exception``, as in one
+  process), except ``StopIteration`` and ``StopAsyncIteration``, which would quietly end a test's loop
+  over ``map()``: those, like an Exception of the candidate's own, become ``CandidateRaised``. Its
+  verdict goes to a descriptor only this process reads;
 - this process decides: a pass is a verdict of ``passed`` from the tests' jail that exited 0 before
   the time limit, with no broken link (the candidate ended, answered garbage, returned something
-  that is not plain data, or answered more than ``max_message_bytes``).
+  that is not plain data, or answered more than ``max_message_bytes``; or the tests passed something
+  that is not plain data).
 
 Because the tests run whole in the trusted jail, no test needs to be taken apart into (call,
 expected) pairs, and every kind of test is as unforgeable as the simplest one: the candidate can
-only choose the plain values its calls return. A test that needs more from the candidate (an object
-with methods, a generator, an argument mutated in place, a global other than the entry point) fails:
-the sandbox errs towards "not correct". Every reference solution of the probe suite passes (164
-HumanEval, 55 code-synthesis tasks: tests/scoring/test_probes.py).
+only choose the plain values its calls return and change, in place, the objects it was given or
+returned, as it could in one process. A test that needs more from the candidate (an object with
+methods, a generator, a global other than the entry point) fails: the sandbox errs towards "not
+correct". Every reference solution of the probe suite passes (164 HumanEval, 55 code-synthesis tasks:
+tests/scoring/test_probes.py).
+
+Differences from plain Python (one process running the candidate's code, then the tests, as
+HumanEval's execution.py runs ``check(candidate)``): each is pinned by a test in
+tests/scoring/test_sandbox_semantics.py, beside the constructions that agree (exceptions, arguments
+mutated in place, identity, aliasing within and across calls, NaN, -0.0, large ints, bool and int,
+tuple and list, the entry point rebound by the candidate). Where the verdicts differ the sandbox
+fails what plain Python passes, except for a test of ``is not`` on an immutable value and for the
+standard-library dicts (the last):
+
+- identity of immutable values: a str, int, float other than NaN, tuple or frozenset crosses by
+  value, so ``candidate(s) is s`` is False and ``is not`` True (Python leaves their identity to the
+  implementation: equal values may or may not be one object);
+- a new value that contains itself or is nested deeper than 100 levels does not cross, nor does a
+  value of any other type (the candidate's classes, a namedtuple, a generator, bytes); an argument
+  of such a type fails the run, rather than raise a TypeError a test might expect;
+- StopIteration from the candidate is ``CandidateRaised``: in plain Python it quietly ends the
+  ``map()`` a test loops over, so that ``assert all(map(candidate, xs))`` passes;
+- an exception's message comes prefixed ("the candidate raised ValueError: ..."), and the class of
+  a subclass of a built-in exception is that built-in;
+- the candidate and the tests share no global and no module: a candidate that replaces
+  ``math.isclose`` or a helper of the prompt changes nothing the tests use;
+- ``Counter``, ``OrderedDict`` and ``defaultdict`` cross as plain dicts (the candidate gets a dict
+  for one the tests pass, and what it changes there is written into the tests' own): one the
+  candidate returns arrives as a dict, whose type, repr, methods, missing keys and equality are a
+  dict's. Where a test compares the answer with an ``OrderedDict``, an ``OrderedDict`` in another
+  order passes here and fails in plain Python (likewise ``!=`` against a ``Counter``, which ignores
+  zero counts).
 
 Why known attacks fail (each is a test in tests/scoring/test_sandbox.py):
 a token read from a frame (``sys._getframe``, a traceback) or the harness's locals: there is none,
