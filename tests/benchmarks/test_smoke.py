@@ -254,6 +254,18 @@ def smoke_mini_h200_calls(tmp_path, request):
     assert "STUDIES=0" in manifested(state)["command"]
 
 
+def smoke_serve_load(tmp_path, request):
+    out = tmp_path / "serve"
+    python("serve_load.py", "--model", "tiny", "--device", "cpu", "--modes", "invariant,stock", "--levels", "1,4",
+           "--steps", "2", "--repeats", "1", "--out", str(out))
+    result = read(out / "serve_load.json", "environment", "config", "modes")
+    assert list(result["modes"]) == ["invariant", "stock"]
+    invariant = result["modes"]["invariant"]
+    assert invariant["differing"] == 0 and invariant["probe_answers"] == 2 * 4
+    assert {"requests_per_s", "tokens_per_s", "latency_p50_s", "latency_p99_s", "batch_sizes"} <= set(
+        invariant["levels"][0])
+
+
 SMOKE = {
     "throughput.py": smoke_throughput,
     "needle.py": smoke_needle,
@@ -270,6 +282,7 @@ SMOKE = {
     "mini_token_counts.py": smoke_mini_token_counts,
     "mini_train_h200.py": smoke_mini_train_h200,
     "mini_h200_calls.sh": smoke_mini_h200_calls,
+    "serve_load.py": smoke_serve_load,
 }
 
 

@@ -16,6 +16,7 @@ from canvaslab.cli import op_scan as _op_scan  # noqa: F401
 from canvaslab.cli import order_metrics as _order_metrics  # noqa: F401
 from canvaslab.cli import order_study as _order_study  # noqa: F401
 from canvaslab.cli import report as _report  # noqa: F401
+from canvaslab.cli import serve as _serve  # noqa: F401
 from canvaslab.cli import vocab as _vocab  # noqa: F401
 from canvaslab.cli.app import app
 

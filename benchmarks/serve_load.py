@@ -1,0 +1,101 @@
+"""The serving proof under load: `canvaslab serve`'s app under uvicorn on localhost, fixed probe requests answered
+alone, then again amid C concurrent clients' random traffic (random prompts of random lengths, max_tokens, seeds
+and n; completions, chat and a stream) for each C. Per mode: how many probe answers differ from their answers
+alone (all bytes but id and created), requests/s, completion tokens/s, latency p50/p99 and the batch sizes formed.
+
+    python benchmarks/serve_load.py --model mini --dtype float32 --modes invariant,stock --levels 1,4,16,64 \\
+        --steps 8 --max-tokens 64 --out OUT/serve_load_mini
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import time
+from pathlib import Path
+
+import httpx
+
+from canvaslab.environment import environment_fingerprint, record_result
+from canvaslab.io import write_json_atomic
+from canvaslab.models import load_model
+from canvaslab.serving import Engine, ServeSettings, create_app, running_server
+from canvaslab.serving.loadtest import default_probes, probe_under_load
+
+
+def whole_numbers(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers separated by commas") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give numbers of 1 or more")
+    return values
+
+
+def names(text: str) -> list[str]:
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    bad = [value for value in values if value not in ("stock", "rowwise", "invariant")]
+    if bad or not values:
+        raise argparse.ArgumentTypeError(f"{text!r}: give modes among stock, rowwise, invariant")
+    return values
+
+
+async def measure(url: str, engine: Engine, levels: list[int], budget: int, probes, repeats: int, seed: int) -> dict:
+    limits = httpx.Limits(max_connections=max(levels) + len(probes) + 8, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=url, timeout=3600, limits=limits) as client:
+        return await probe_under_load(client, engine.settings.model, levels, budget=budget, probes=probes,
+                                      repeats=repeats, seed=seed, batch_sizes=lambda: engine.batch_sizes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny", help="preset, installed model, checkpoint directory or config.json")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    parser.add_argument("--layers", type=int, default=None, help="keep the first N layers (presets)")
+    parser.add_argument("--modes", type=names, default=["invariant", "stock"], help="comma-separated, run in order")
+    parser.add_argument("--levels", type=whole_numbers, default=[1, 4, 16, 64],
+                        help="numbers of concurrent other clients, comma-separated (default 1,4,16,64)")
+    parser.add_argument("--steps", type=int, default=None, help="max denoising steps per canvas (default: the model's)")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="the probes' max_tokens and the other clients' largest (default: the model's budget)")
+    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--batch-window-ms", type=int, default=10)
+    parser.add_argument("--max-queue", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=2, help="times each probe is sent at each level")
+    parser.add_argument("--seed", type=int, default=0, help="the other clients' random requests")
+    parser.add_argument("--out", type=Path, required=True, help="result folder: writes serve_load.json there")
+    args = parser.parse_args()
+
+    loaded = load_model(args.model, dtype=args.dtype, device=args.device, layers=args.layers)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "serve_load.json"
+    result = {"environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source),
+              "config": {key: value for key, value in vars(args).items() if key != "out"}, "modes": {}}
+    for mode in args.modes:
+        settings = ServeSettings(args.model, mode=mode, max_batch=args.max_batch, batch_window_ms=args.batch_window_ms,
+                                 max_queue=args.max_queue, steps=args.steps)
+        engine = Engine(loaded, settings)
+        budget = min(args.max_tokens or engine.budget, engine.budget)
+        probes = [dataclasses.replace(probe, body={"max_tokens": budget, **probe.body}) for probe in default_probes()]
+        started = time.perf_counter()
+        with running_server(create_app(engine)) as url:
+            measured = asyncio.run(measure(url, engine, args.levels, budget, probes, args.repeats, args.seed))
+        measured["seconds"] = time.perf_counter() - started
+        result["modes"][mode] = measured
+        write_json_atomic(path, result)
+        for level in measured["levels"]:
+            print({"mode": mode, **{key: level[key] for key in (
+                "concurrency", "probe_answers", "differing", "requests", "errors", "requests_per_s", "tokens_per_s",
+                "latency_p50_s", "latency_p99_s", "batch_sizes")}}, flush=True)
+    record_result(path, shows="probe answers of `canvaslab serve` alone and amid concurrent random traffic: how many "
+                  "differ per mode, requests/s, tokens/s, latency p50/p99 and batch sizes formed",
+                  environment=result["environment"])
+    print({mode: {"differing": measured["differing"], "probe_answers": measured["probe_answers"]}
+           for mode, measured in result["modes"].items()})
+
+
+if __name__ == "__main__":
+    main()

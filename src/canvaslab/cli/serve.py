@@ -1,0 +1,65 @@
+"""``canvaslab serve``: an OpenAI-compatible HTTP server with dynamic batching (docs/serving.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from canvaslab import choices
+from canvaslab.cli import options
+from canvaslab.cli.app import app
+from canvaslab.errors import CanvaslabError
+
+
+def _host(ctx, param, value):
+    if not value or not value.strip() or any(ch.isspace() for ch in value):
+        raise CanvaslabError(f"{options.option_name(param)} {value!r}: give a host name or address, e.g. 127.0.0.1")
+    return value
+
+
+@app.command("serve")
+def serve(
+    model: options.Model,
+    mode: Annotated[str, typer.Option("--mode", help="invariant (a row's answer does not depend on what shares its "
+                                                     "batch) | stock | rowwise", callback=options.one_of(choices.MODES))]
+    = "invariant",
+    device: options.Device = "cpu",
+    dtype: options.Dtype = "auto",
+    host: Annotated[str, typer.Option("--host", help="address to listen on (default: this machine only)",
+                                      callback=_host)] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="port to listen on", callback=options.whole_number(1, 65535))]
+    = 8000,
+    max_batch: Annotated[int, typer.Option("--max-batch", help="most rows (choices) per batch",
+                                           callback=options.whole_number(1, choices.MAX_BATCH))] = 8,
+    batch_window_ms: Annotated[int, typer.Option("--batch-window-ms", help="how long the oldest waiting row waits "
+                                                 "for others to share its batch",
+                                                 callback=options.whole_number(0, 60_000))] = 10,
+    max_queue: Annotated[int, typer.Option("--max-queue", help="most rows waiting; more are refused with 429",
+                                           callback=options.whole_number(1, 1_000_000))] = 256,
+    steps: options.Steps = None,
+    layers: options.Layers = None,
+    model_seed: options.ModelSeed = 0,
+) -> None:
+    """Serve a model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions) with dynamic
+    batching; in invariant mode an answer is the same bytes whatever else is in flight."""
+    from rich.console import Console
+
+    from canvaslab.serving import bound_socket
+
+    sock = bound_socket(host, port)  # a busy port is one line, before the model loads
+    from canvaslab.models import load_model
+    from canvaslab.serving import Engine, ServeSettings, create_app, serve_forever
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
+    engine = Engine(loaded, ServeSettings(model=model, mode=mode, max_batch=max_batch,
+                                          batch_window_ms=batch_window_ms, max_queue=max_queue, steps=steps))
+    shown = f"[{host}]" if ":" in host else host
+    console.print(f"serving {model} ({mode} mode, {loaded.device}) at http://{shown}:{port}/v1; "
+                  "Ctrl-C or SIGTERM answers the requests in flight, then stops")
+    try:
+        serve_forever(create_app(engine), sock)
+    except KeyboardInterrupt:  # a second Ctrl-C while draining
+        console.print("stopped without waiting for the requests in flight")
+        raise typer.Exit(130) from None

@@ -1,0 +1,431 @@
+"""Dynamic batching for ``canvaslab serve``: requests queue on the event loop, one model thread runs batches.
+
+Every choice of a request is one *row*. A row waits in a queue on the event loop; a batching task takes the
+oldest row and, for up to ``batch_window_ms`` after that row arrived, gathers the rows behind it that need the
+same number of canvases, up to ``max_batch`` rows. The batch then runs on the one model thread through
+canvaslab's ``generate`` with per-row random streams (``rng="row"``) in the server's mode.
+
+A row's random stream is keyed by the row itself, never by its place in a batch: its key is a hash of its
+prompt's token ids, its seed and its choice index (``row_key``), and the call-level seed is the constant 0.
+With ``mode="invariant"`` the numerics are batch-invariant too, so a row's tokens, text and stop point are
+the same bytes whatever shares its batch and wherever it sits in it.
+
+A batch that raises is rerun row by row, so one bad row fails only its own request. A row whose client went
+away is dropped from the queue, or its result is dropped if it is already running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import copy
+import hashlib
+import logging
+import math
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from canvaslab.choices import MAX_SEED
+from canvaslab.serving.metrics import Metrics
+from canvaslab.serving.protocol import APIError, CompletionRequest, invalid
+
+log = logging.getLogger("canvaslab.serving")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What the server answers to and how it batches."""
+
+    model: str  # the model's name in the API (``--model`` as given)
+    mode: str = "invariant"
+    max_batch: int = 8
+    batch_window_ms: float = 10.0
+    max_queue: int = 256
+    steps: Optional[int] = None  # max denoising steps per canvas (None: the model's)
+
+
+def row_key(prompt_ids: Sequence[int], seed: int, index: int) -> str:
+    """A row's random-stream key: its prompt's token ids, its seed and its choice index, nothing else."""
+    material = f"{seed}|{index}|{','.join(map(str, prompt_ids))}".encode()
+    return hashlib.blake2b(material, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class RowOutcome:
+    """One choice's answer. ``batch_rows`` and ``batch_row`` say where it ran (never part of the body)."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "stop": the end-of-sequence token came within max_tokens; "length": it did not
+    stop_point: dict[str, Any]
+    batch_rows: int
+    batch_row: int
+
+
+@dataclass(eq=False)
+class Row:
+    prompt_ids: list[int]
+    seed: int
+    index: int  # the choice's index in its request
+    max_tokens: int
+    canvases: int  # canvases its generation needs: rows of one batch need the same number
+    key: str
+    future: asyncio.Future
+    events: Optional[asyncio.Queue]  # a streaming request's chunks (shared by its rows)
+    arrived: float
+    cancelled: bool = False
+    sent: str = ""  # the text streamed so far
+
+
+@dataclass
+class Submission:
+    seed: int
+    prompt_tokens: int
+    rows: list[Row]
+    events: Optional[asyncio.Queue]
+
+
+@dataclass
+class _StreamState:
+    canvas: int = 0
+    passes: int = 0
+    last: Optional[list[int]] = None
+    committed: list[int] = field(default_factory=list)
+    done: bool = False
+
+
+class _CanvasStreamer:
+    """transformers' streamer protocol as DiffusionGemma's loop calls it: ``put`` with the prompt, then with
+    each committed canvas (tokens after the end-of-sequence token already replaced by padding), and
+    ``put_draft`` with the argmax canvas after every denoising pass. A row's argmax canvas stops changing once
+    its own stop fired, so emitting a draft only when it changed makes a row's chunks its own: the same
+    whatever shares its batch."""
+
+    def __init__(self, engine: "Engine", streams: list[tuple[int, Row]], loop: asyncio.AbstractEventLoop):
+        self.engine, self.loop = engine, loop
+        self.states = [(b, row, _StreamState()) for b, row in streams]
+        self.prompt_seen = False
+
+    def _emit(self, row: Row, event: dict) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
+            self.loop.call_soon_threadsafe(row.events.put_nowait, event)
+
+    def put_draft(self, value) -> None:
+        value = value.tolist()
+        for b, row, state in self.states:
+            if state.done or row.cancelled:
+                continue
+            state.passes += 1
+            tokens = value[b]
+            if tokens != state.last:
+                state.last = tokens
+                self._emit(row, {"type": "draft", "index": row.index, "canvas": state.canvas, "pass": state.passes,
+                                 "token_ids": tokens, "text": self.engine.decode(tokens)})
+
+    def put(self, value) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        value = value.tolist()
+        for b, row, state in self.states:
+            if state.done or row.cancelled:
+                continue
+            state.committed.extend(value[b])
+            canvas, state.canvas, state.passes, state.last = state.canvas, state.canvas + 1, 0, None
+            eos = self.engine.eos_position(state.committed)
+            cut = min(len(state.committed) if eos is None else eos, row.max_tokens)
+            state.done = eos is not None or len(state.committed) >= row.max_tokens
+            text = self.engine.decode(state.committed[:cut])
+            if text.startswith(row.sent) and not text.endswith("\ufffd") and len(text) > len(row.sent):
+                delta, row.sent = text[len(row.sent):], text
+                self._emit(row, {"type": "commit", "index": row.index, "canvas": canvas, "text": delta})
+
+    def end(self) -> None:
+        pass
+
+
+class Engine:
+    """The model, its queue and its one worker thread. ``start`` and ``stop`` run on the serving event loop."""
+
+    def __init__(self, loaded, settings: ServeSettings, *, generate: Optional[Callable] = None,
+                 metrics: Optional[Metrics] = None):
+        if generate is None:
+            from canvaslab.generation import generate
+        self.loaded, self.settings, self._generate = loaded, settings, generate
+        self.metrics = metrics or Metrics()
+        config = loaded.model.config
+        self.canvas_length = int(config.canvas_length)
+        self.budget = int(loaded.generation_defaults.get("max_new_tokens") or self.canvas_length)
+        self.max_prompt_tokens = int(config.text_config.max_position_embeddings) - \
+            self.canvases(self.budget) * self.canvas_length
+        self.vocab_size = int(config.text_config.vocab_size)
+        eos = loaded.generation_defaults.get("eos_token_id")
+        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+        self._encoder = copy.deepcopy(loaded.tokenizer)  # the event loop's; the model thread uses the original
+        self.has_chat_template = bool(getattr(self._encoder, "chat_template", None))
+        self._pending: collections.deque[Row] = collections.deque()
+        self._arrived: Optional[asyncio.Event] = None
+        self._task: Optional[asyncio.Task] = None
+        self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self.closing = False
+        self.batch_sizes: collections.Counter[int] = collections.Counter()
+        self._batch_seconds = 0.0  # a moving average, for Retry-After
+
+    # ---- what the HTTP layer asks ------------------------------------------------------------------------
+
+    def canvases(self, max_tokens: int) -> int:
+        return math.ceil(max_tokens / self.canvas_length)
+
+    def encode(self, request: CompletionRequest) -> list[int]:
+        """The request's prompt as token ids (on the event loop's tokenizer), checked against the context."""
+        if request.kind == "chat":
+            param = "messages"
+            if self.has_chat_template:
+                try:
+                    encoded = self._encoder.apply_chat_template(request.prompt, add_generation_prompt=True,
+                                                                tokenize=True, return_dict=True)
+                except Exception as error:  # the template refused the conversation (a jinja exception)
+                    raise invalid("messages", f"the model's chat template refused these messages: {error}") \
+                        from None
+                ids = list(encoded["input_ids"])
+            else:  # a model without a template: the contents as plain text, as `canvaslab generate` does
+                ids = list(self._encoder("\n\n".join(m["content"] for m in request.prompt))["input_ids"])
+        elif isinstance(request.prompt, str):
+            param = "prompt"
+            ids = list(self._encoder(request.prompt)["input_ids"])
+        else:
+            param = "prompt"
+            ids = list(request.prompt)
+            bad = next((token for token in ids if not 0 <= token < self.vocab_size), None)
+            if bad is not None:
+                raise invalid("prompt", f"token id {bad} is outside the model's vocabulary (0 to "
+                              f"{self.vocab_size - 1})")
+        if not ids:
+            raise invalid(param, f"'{param}' encodes to no tokens")
+        if len(ids) > self.max_prompt_tokens:
+            raise invalid(param, f"the prompt has {len(ids)} tokens; this model takes at most "
+                          f"{self.max_prompt_tokens} (its context less the completion budget)",
+                          "context_length_exceeded")
+        return ids
+
+    def submit(self, request: CompletionRequest, prompt_ids: list[int]) -> Submission:
+        """Queue the request's rows (on the event loop); 400 for a budget it exceeds, 429 if the queue is full."""
+        max_tokens = request.max_tokens if request.max_tokens is not None else self.budget
+        if max_tokens > self.budget:
+            field_name = request.max_tokens_param
+            raise invalid(field_name, f"'{field_name}' is {max_tokens}: this model generates at most {self.budget} "
+                          "tokens")
+        if request.n > self.settings.max_queue:
+            raise invalid("n", f"'n' is {request.n}: this server queues at most {self.settings.max_queue} rows")
+        if self.closing or self._task is None:
+            raise APIError(503, "the server is shutting down", type="server_error", code="shutting_down")
+        if len(self._pending) + request.n > self.settings.max_queue:
+            raise APIError(429, f"the queue is full ({len(self._pending)} of {self.settings.max_queue} rows "
+                           "waiting); retry later", type="rate_limit_error", code="queue_full",
+                           headers={"Retry-After": str(self.retry_after())})
+        seed = request.seed if request.seed is not None else secrets.randbelow(MAX_SEED + 1)
+        loop = asyncio.get_running_loop()
+        events = asyncio.Queue() if request.stream else None
+        now = loop.time()
+        rows = [Row(list(prompt_ids), seed, index, max_tokens, self.canvases(max_tokens),
+                    row_key(prompt_ids, seed, index), loop.create_future(), events, now)
+                for index in range(request.n)]
+        self._pending.extend(rows)
+        self.metrics.queue_rows.set(len(self._pending))
+        self._arrived.set()
+        return Submission(seed, len(prompt_ids), rows, events)
+
+    def cancel(self, rows: Sequence[Row]) -> None:
+        """The client went away: its waiting rows leave the queue, its running rows' results are dropped."""
+        for row in rows:
+            if row.future.done():
+                continue
+            row.cancelled = True
+            row.future.cancel()
+            with contextlib.suppress(ValueError):
+                self._pending.remove(row)
+            self.metrics.cancelled_rows.inc()
+        self.metrics.queue_rows.set(len(self._pending))
+
+    def retry_after(self) -> int:
+        batches = len(self._pending) / self.settings.max_batch + 1
+        return max(1, math.ceil(self._batch_seconds * batches))
+
+    @property
+    def queued_rows(self) -> int:
+        return len(self._pending)
+
+    # ---- the model thread's helpers ----------------------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.loaded.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+    def eos_position(self, tokens: Sequence[int]) -> Optional[int]:
+        return next((i for i, token in enumerate(tokens) if token in self.eos_ids), None)
+
+    # ---- lifetime ----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.closing = False
+        self._arrived = asyncio.Event()
+        self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="canvaslab-model")
+        self._task = asyncio.create_task(self._batches(), name="canvaslab-batches")
+
+    async def stop(self) -> None:
+        """Refuse new requests, finish every queued and running row, then stop the model thread."""
+        self.closing = True
+        if self._task is None:
+            return
+        self._arrived.set()
+        await self._task
+        self._task = None
+        await asyncio.to_thread(self._worker.shutdown, wait=True)
+
+    # ---- batching (event loop) ---------------------------------------------------------------------------
+
+    def _drop_cancelled_head(self) -> None:
+        while self._pending and self._pending[0].cancelled:
+            self._pending.popleft()
+
+    def _matching(self, head: Row) -> list[Row]:
+        rows = [row for row in self._pending if row.canvases == head.canvases and not row.cancelled]
+        return rows[: self.settings.max_batch]
+
+    async def _batches(self) -> None:
+        loop = asyncio.get_running_loop()
+        window = self.settings.batch_window_ms / 1000
+        while True:
+            self._drop_cancelled_head()
+            if not self._pending:
+                if self.closing:
+                    return
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            head = self._pending[0]
+            deadline = head.arrived + window
+            while len(self._matching(head)) < self.settings.max_batch and not head.cancelled:
+                wait = deadline - loop.time()
+                if wait <= 0:
+                    break
+                self._arrived.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), wait)
+            if head.cancelled:
+                continue
+            batch = self._matching(head)
+            taken = set(map(id, batch))
+            self._pending = collections.deque(row for row in self._pending if id(row) not in taken)
+            await self._run(batch, loop)
+
+    async def _run(self, batch: list[Row], loop) -> None:
+        self.metrics.queue_rows.set(len(self._pending))
+        self.metrics.running_rows.set(len(batch))
+        self.metrics.batch_rows.observe(len(batch))
+        self.batch_sizes[len(batch)] += 1
+        try:
+            results = await loop.run_in_executor(self._worker, self._generate_batch, batch, loop)
+        except Exception as error:  # the worker itself failed (not a generation: those are caught there)
+            log.exception("the model thread failed")
+            results = [error] * len(batch)
+        finally:
+            self.metrics.running_rows.set(0)
+        for row, result in zip(batch, results):
+            self._deliver(row, result)
+
+    def _deliver(self, row: Row, result) -> None:
+        if row.future.done():  # cancelled: the client is gone
+            return
+        if isinstance(result, BaseException):
+            error = APIError(500, f"the generation of this request failed: {type(result).__name__}: {result}",
+                             type="server_error", code="generation_failed")
+            row.future.set_exception(error)
+            row.future.exception()  # retrieved: a stream reads its events instead
+            if row.events is not None:
+                row.events.put_nowait({"type": "error", "index": row.index, "error": error})
+            return
+        row.future.set_result(result)
+        if row.events is not None:
+            delta = result.text[len(row.sent):] if result.text.startswith(row.sent) else ""
+            row.events.put_nowait({"type": "final", "index": row.index, "text": delta, "outcome": result})
+
+    # ---- generation (model thread) -----------------------------------------------------------------------
+
+    def _generate_batch(self, batch: list[Row], loop) -> list:
+        started = time.perf_counter()
+        try:
+            outcomes, passes = self._generate_rows(batch, loop)
+        except Exception:
+            log.exception("a batch of %d rows failed%s", len(batch), "; rerunning its rows one by one"
+                          if len(batch) > 1 else "")
+            if len(batch) == 1:
+                self.metrics.failed_rows.inc()
+                return [RuntimeError("the model raised while generating (see the server's log)")]
+            self.metrics.batch_retries.inc()
+            outcomes, passes = [], 0
+            for row in batch:
+                if row.cancelled:
+                    outcomes.append(None)
+                    continue
+                try:
+                    [outcome], row_passes = self._generate_rows([row], loop)
+                    outcomes.append(outcome)
+                    passes += row_passes
+                except Exception as error:
+                    log.exception("a row failed alone")
+                    self.metrics.failed_rows.inc()
+                    outcomes.append(RuntimeError(f"the model raised while generating ({type(error).__name__})"))
+        seconds = time.perf_counter() - started
+        tokens = sum(len(o.token_ids) for o in outcomes if isinstance(o, RowOutcome))
+        self.metrics.batch_seconds.observe(seconds)
+        self.metrics.passes.inc(passes)
+        self.metrics.tokens.inc(tokens)
+        self.metrics.passes_per_second.set(passes / seconds if seconds else 0)
+        self.metrics.tokens_per_second.set(tokens / seconds if seconds else 0)
+        self._batch_seconds = seconds if not self._batch_seconds else 0.8 * self._batch_seconds + 0.2 * seconds
+        return outcomes
+
+    def _generate_rows(self, rows: list[Row], loop) -> tuple[list[RowOutcome], int]:
+        generation = {"max_denoising_steps": self.settings.steps,
+                      "max_new_tokens": rows[0].canvases * self.canvas_length}
+        streams = [(b, row) for b, row in enumerate(rows) if row.events is not None]
+        with self._streaming(streams, loop):
+            output = self._generate(self.loaded, [row.prompt_ids for row in rows], seed=0, rng="row",
+                                    requests=[row.key for row in rows], mode=self.settings.mode,
+                                    generation=generation)
+        canvases = max(len(result.passes) for result in output.rows)
+        passes = sum(max(result.passes[c] for result in output.rows if c < len(result.passes))
+                     for c in range(canvases))
+        return [self._outcome(row, result, len(rows), b) for b, (row, result) in
+                enumerate(zip(rows, output.rows))], passes
+
+    def _outcome(self, row: Row, result, batch_rows: int, batch_row: int) -> RowOutcome:
+        tokens, eos = list(result.tokens), result.eos_position
+        cut = min(len(tokens) if eos is None else eos, row.max_tokens)
+        # the canvases that made this row's tokens: a row that ended stops counting canvases its batch still ran
+        used = len(result.stop_passes) if eos is None else min(len(result.stop_passes), eos // self.canvas_length + 1)
+        stop_point = {"stop_passes": list(result.stop_passes[:used]), "passes": list(result.passes[:used]),
+                      "eos_position": eos}
+        finish = "stop" if eos is not None and eos < row.max_tokens else "length"
+        return RowOutcome(self.decode(tokens[:cut]), tokens[:cut], finish, stop_point, batch_rows, batch_row)
+
+    @contextlib.contextmanager
+    def _streaming(self, streams: list[tuple[int, Row]], loop):
+        """Pass a streamer to transformers' generate for the batch's streaming rows (it changes no result)."""
+        if not streams:
+            yield
+            return
+        from canvaslab.invariant.shadowing import shadowed
+
+        model = self.loaded.model
+        original, streamer = model.generate, _CanvasStreamer(self, streams, loop)
+
+        def generate(*args, **kwargs):
+            return original(*args, streamer=streamer, **kwargs)
+
+        with shadowed(model, "generate", generate):
+            yield

@@ -1,0 +1,66 @@
+"""Running the app under uvicorn: in the foreground (``canvaslab serve``) or in a thread (tests, benchmarks).
+
+In the foreground uvicorn handles SIGTERM and Ctrl-C: it stops accepting connections, waits for every request
+in flight (streams included) to be answered, then the app's lifespan stops the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from typing import Iterator
+
+from canvaslab.errors import CanvaslabError
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A listening-ready socket on ``host:port`` (port 0: a free one); one line if it cannot be had."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise CanvaslabError(f"--host {host}: cannot be resolved ({error.strerror})") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        raise CanvaslabError(f"--port {port}: cannot listen on {host}:{port} ({error.strerror})") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve_forever(app, sock: socket.socket, log_level: str = "info") -> None:
+    """Serve ``app`` on ``sock`` until SIGTERM or Ctrl-C, then drain and return."""
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=None)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+@contextlib.contextmanager
+def running_server(app, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 120) -> Iterator[str]:
+    """``app`` under uvicorn in a thread on ``host`` (port 0: a free one); yields its base URL
+    (``http://127.0.0.1:PORT``) and on exit shuts it down gracefully (in-flight requests are answered)."""
+    import uvicorn
+
+    sock = bound_socket(host, port)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="canvaslab-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
+            raise RuntimeError("the server did not start")
+        time.sleep(0.02)
+    try:
+        bound_host, bound_port = sock.getsockname()[:2]
+        yield f"http://{'[' + bound_host + ']' if ':' in bound_host else bound_host}:{bound_port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=600)
+        sock.close()

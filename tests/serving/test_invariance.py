@@ -1,0 +1,56 @@
+"""The proof on the CPU: in invariant mode a probe's answer is the same bytes alone and amid 1, 4 and 16 other
+clients' random traffic (random prompts of random lengths, max_tokens, seeds, n; completions, chat, a stream),
+whatever batch it lands in and whatever its row."""
+
+from __future__ import annotations
+
+import asyncio
+
+from canvaslab.serving.loadtest import default_probes, probe_under_load
+from conftest import served
+
+LEVELS = (1, 4, 16)
+
+
+def test_every_probe_is_byte_identical_to_its_answer_alone(tiny):
+    async def main():
+        async with served(tiny, mode="invariant", max_batch=8) as (engine, client):
+            return await probe_under_load(client, "tiny", LEVELS, budget=engine.budget,
+                                          batch_sizes=lambda: engine.batch_sizes), engine
+
+    result, engine = asyncio.run(main())
+    probe_rows = sum(probe.body.get("n", 1) for probe in default_probes())
+    assert result["probe_answers"] == len(LEVELS) * len(default_probes()) * 2
+    assert result["differing"] == 0, [level["differing"] for level in result["levels"]]
+    for level in result["levels"]:
+        assert level["errors"] == {} and level["requests"] > level["probe_answers"]
+        seen = [rows for answers in level["probe_batch_rows"].values() for rows in answers if rows is not None]
+        # the probes shared their batches with other clients' rows: batches larger than all probes together
+        assert max(seen) > probe_rows, level
+    assert max(engine.batch_sizes) == 8  # the 16 clients filled batches
+
+
+def test_several_canvases_are_batched_and_answered_the_same(tiny_short_canvas):
+    """A 32-token canvas: answers of 1 to 3 canvases, batched by the canvases they need; the probes' stop points
+    keep only their own canvases."""
+    async def main():
+        async with served(tiny_short_canvas, name="short", mode="invariant", max_batch=6) as (engine, client):
+            return await probe_under_load(client, "short", (4,), budget=96, repeats=1)
+
+    result = asyncio.run(main())
+    assert result["differing"] == 0 and result["levels"][0]["errors"] == {}
+
+
+def test_the_proof_sees_a_row_keyed_by_its_place_in_the_batch(tiny):
+    """The negative control of the comparison: rows keyed by their position instead of their request draw other
+    random numbers in a batch than alone, and the probes' answers differ."""
+    from canvaslab.generation import generate
+
+    def keyed_by_position(loaded, prompts, **kwargs):
+        return generate(loaded, prompts, **{**kwargs, "requests": [f"row {i}" for i in range(len(prompts))]})
+
+    async def main():
+        async with served(tiny, mode="invariant", generate=keyed_by_position) as (engine, client):
+            return await probe_under_load(client, "tiny", (4,), budget=engine.budget, repeats=1)
+
+    assert asyncio.run(main())["differing"] > 0
