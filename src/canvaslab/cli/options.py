@@ -60,11 +60,10 @@ def one_of(allowed: Sequence[str]) -> Callable:
     return check
 
 
-parse_batch_sizes = choices.batch_sizes
 
 
 def batch_sizes(ctx, param, value):
-    parse_batch_sizes(value)
+    choices.batch_sizes(value)
     return value
 
 

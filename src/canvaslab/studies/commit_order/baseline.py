@@ -165,5 +165,7 @@ def add_baseline(metrics: dict[str, Any], path: Path, probes: Sequence[Probe], o
     result = run_baseline(path, probes, out, max_new_tokens=max_new_tokens, device=device, dtype=dtype,
                           batch_size=batch_size, progress=progress)
     metrics = {**metrics, "baseline": baseline_summary(result)}
-    write_json_atomic(Path(out) / "order_metrics.json", metrics)
+    from canvaslab.studies.commit_order.study import METRICS_FILE
+
+    write_json_atomic(Path(out) / METRICS_FILE, metrics)
     return metrics
