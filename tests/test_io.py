@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from canvaslab.capture.commit_trace import AcceptCall, GenerationTrace, append_trace, export_parquet, write_traces
-from canvaslab.io import atomic_writer, write_json_atomic, write_text_atomic
+from canvaslab.errors import CanvaslabError
+from canvaslab.io import (NotRegularFile, UnreadableFile, append_line, atomic_writer, check_names, check_real_folders,
+                          nesting_depth, read_json, write_json_atomic, write_text_atomic)
 from canvaslab.studies.unused_tokens.vocab_scan import save_token_counts
 
 
@@ -54,3 +58,124 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
         raise RuntimeError("killed mid-write")
     assert target.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.txt"]
+
+
+# ---- reading a file from elsewhere: bounded, never through a link, never blocking ----------------------
+
+def _one_line(error: BaseException) -> str:
+    text = str(error)
+    assert isinstance(error, CanvaslabError) and "\n" not in text, text
+    return text
+
+
+@pytest.mark.parametrize("kind", ["link to /dev/zero", "fifo", "folder", "link to a file"])
+def test_read_json_refuses_what_is_not_a_regular_file_without_reading_or_waiting(tmp_path, kind):
+    path = tmp_path / "record.json"
+    if kind == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        (tmp_path / "elsewhere.json").write_text("{}")
+        path.symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(NotRegularFile) as refused:
+        read_json(path)
+    said = {"link to /dev/zero": "a symbolic link", "fifo": "a FIFO", "folder": "a folder",
+            "link to a file": "a symbolic link"}[kind]
+    assert said in _one_line(refused.value) and refused.value.kind == said
+
+
+def test_a_device_is_refused_even_where_links_are_followed():
+    with pytest.raises(NotRegularFile, match="a character device"):
+        read_json("/dev/zero", follow_links=True)
+
+
+def test_read_json_refuses_a_file_over_its_limit_before_parsing_it(tmp_path):
+    path = tmp_path / "big.json"
+    path.write_text("[" + "0," * 2000 + "0]")
+    with pytest.raises(UnreadableFile) as refused:
+        read_json(path, max_bytes=1000)
+    assert "1,000 bytes" in _one_line(refused.value)
+    assert read_json(path, max_bytes=10_000)[:2] == [0, 0]
+
+
+def test_a_deeply_nested_file_is_one_line_not_a_recursion_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UnreadableFile) as refused:
+        read_json(path)
+    assert "more than 100 deep" in _one_line(refused.value)
+    fifty = "[" * 50 + "]" * 50  # nesting within the limit parses
+    assert json.dumps(read_json(write_text_atomic(tmp_path / "ok.json", fifty)), separators=(",", ":")) == fifty
+
+
+def test_nesting_is_measured_outside_strings_and_in_linear_time():
+    assert nesting_depth('{"a": [[1, "[[[[\\\\"], {"b": "\\"{{"}]}') == 3
+    start = time.monotonic()
+    assert nesting_depth('"' + 'a\\"' * 3_000_000) == 0  # an unterminated string full of escaped quotes
+    assert time.monotonic() - start < 5
+
+
+def test_invalid_json_is_one_line_naming_the_file(tmp_path):
+    path = write_text_atomic(tmp_path / "torn.json", '{"a": [1, 2')
+    with pytest.raises(UnreadableFile, match="torn.json is not valid JSON"):
+        read_json(path)
+    path.write_bytes(b'"\xff"')
+    with pytest.raises(UnreadableFile, match="not UTF-8"):
+        read_json(path)
+
+
+# ---- writing: never through a link -------------------------------------------------------------------
+
+def test_a_link_at_the_target_is_replaced_never_written_through(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("victim's own\n")
+    (tmp_path / "study").mkdir()
+    (tmp_path / "study" / "result.json").symlink_to(victim)
+    write_text_atomic(tmp_path / "study" / "result.json", "new\n", below=tmp_path / "study")
+    assert victim.read_text() == "victim's own\n"
+    assert not (tmp_path / "study" / "result.json").is_symlink()
+    assert (tmp_path / "study" / "result.json").read_text() == "new\n"
+
+
+def test_a_linked_folder_below_the_study_folder_is_refused_and_nothing_is_written(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "study" / "store").mkdir(parents=True)
+    (tmp_path / "study" / "store" / "records").symlink_to(outside)
+    with pytest.raises(CanvaslabError) as refused:
+        write_text_atomic(tmp_path / "study" / "store" / "records" / "a.json", "{}", below=tmp_path / "study")
+    assert "is a symbolic link, not a folder" in _one_line(refused.value)
+    assert list(outside.iterdir()) == []
+    with pytest.raises(CanvaslabError):
+        check_real_folders(tmp_path / "study" / "store" / "records", below=tmp_path / "study")
+    check_real_folders(tmp_path / "study" / "store" / "missing" / "deeper", below=tmp_path / "study")  # missing: fine
+
+
+def test_missing_folders_below_are_created_as_real_folders(tmp_path):
+    write_text_atomic(tmp_path / "study" / "a" / "b" / "c.txt", "x", below=tmp_path / "study")
+    assert (tmp_path / "study" / "a" / "b" / "c.txt").read_text() == "x"
+
+
+def test_a_folder_at_the_target_and_an_over_long_name_are_one_line(tmp_path):
+    (tmp_path / "report.html").mkdir()
+    with pytest.raises(CanvaslabError) as refused:
+        write_text_atomic(tmp_path / "report.html", "x")
+    assert "is a folder" in _one_line(refused.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary left
+    for name in ("a" * 256, "é" * 128):
+        with pytest.raises(CanvaslabError) as refused:
+            write_text_atomic(tmp_path / name / "x.json", "x")
+        assert "at most 255 bytes" in _one_line(refused.value)
+    assert check_names(tmp_path / ("a" * 255)) == tmp_path / ("a" * 255)
+
+
+def test_a_result_log_that_is_a_link_is_refused(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("")
+    (tmp_path / "traces.jsonl").symlink_to(victim)
+    with pytest.raises(NotRegularFile):
+        append_line(tmp_path / "traces.jsonl", "{}\n")
+    assert victim.read_text() == ""

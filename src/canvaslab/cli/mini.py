@@ -12,6 +12,7 @@ import typer
 
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
+from canvaslab.io import check_names
 from canvaslab.training.recipe import SHIPPED
 from canvaslab.training.tasks import AnswerStyle, parse_shares
 
@@ -27,11 +28,30 @@ def passages(
     """Cut the corpus's narrative sources (Jane Austen, State of the Union) into prose passages."""
     from canvaslab.training.tasks.prose import prepare_passages
 
-    count = prepare_passages(corpus, out)
+    check_names(corpus, "--corpus")
+    count = prepare_passages(corpus, _out_file(out))
     typer.echo(f"wrote {count:,} passages to {out}")
 
 
+def _out_folder(out: Path) -> Path:
+    """``--out`` as a folder: refused in one line when its name is too long or a file is there."""
+    check_names(out, "--out")
+    if out.exists() and not out.is_dir():
+        raise CanvaslabError(f"--out {out} is a file; give a folder (a new one, or an empty one)")
+    return out
+
+
+def _out_file(out: Path) -> Path:
+    """``--out`` as a file: refused in one line when its name is too long or a folder is there."""
+    check_names(out, "--out")
+    if out.is_dir():
+        raise CanvaslabError(f"--out {out} is a folder; give a file name")
+    return out
+
+
 def _check_passages(passages_file: Optional[Path]) -> None:
+    if passages_file is not None:
+        check_names(passages_file, "--passages")
     if passages_file is not None and not passages_file.is_file():
         raise CanvaslabError(f"--passages {passages_file}: no such file (make one with `canvaslab mini passages`)")
 
@@ -56,6 +76,7 @@ def distill(
     from canvaslab.training.run import load_tokenizer
 
     _check_passages(passages_file)
+    _out_file(out)
     package = find_model(teacher)  # `mini-ar` not installed: the line that says how to install it
     if package is not None and package.kind != "causal":
         raise CanvaslabError(f"--teacher {teacher}: a {package.kind} model; the teacher is a causal LM (`mini-ar`)")
@@ -87,6 +108,7 @@ def tokenizer(
     vocab_size = VOCAB_SIZE if vocab_size is None else vocab_size
     tail_unused = TAIL_UNUSED if tail_unused is None else tail_unused
     _check_passages(passages_file)
+    _out_folder(out)
     if tail_unused < 1 or vocab_size < MIN_VOCAB_SIZE + tail_unused:
         raise CanvaslabError(f"--vocab-size {vocab_size} --tail-unused {tail_unused}: the BPE needs at least "
                              f"{MIN_VOCAB_SIZE} ids besides the tail, and the tail at least 1")
@@ -130,8 +152,11 @@ def train(
     from canvaslab.training.tasks.prose import checked_answers_file
 
     _check_passages(passages_file)
-    if out.exists() and any(out.iterdir()):
+    if _out_folder(out).exists() and any(out.iterdir()):
         raise CanvaslabError(f"--out {out} is not empty: choose a new folder (a finished run is never overwritten)")
+    for option, path in (("--tokenizer", tokenizer_dir), ("--prose-answers", prose_answers)):
+        if path is not None:
+            check_names(path, option)
     if tokenizer_dir is not None and not (tokenizer_dir / "tokenizer.json").is_file():
         raise CanvaslabError(f"--tokenizer {tokenizer_dir}: no tokenizer.json there (make one with `canvaslab mini tokenizer`)")
     if compile_parts not in ("", "layers", "leaves"):
@@ -161,6 +186,8 @@ def card(
     from canvaslab.training.card import write_card
 
     for folder in (run, sibling):
+        if folder is not None:
+            check_names(folder, "--sibling" if folder is sibling else "RUN")
         if folder is not None and not (folder / "training.json").is_file():
             raise CanvaslabError(f"{folder}: no training.json, so not a training run's folder")
     typer.echo(f"wrote {write_card(run, sibling=sibling)}")

@@ -9,12 +9,13 @@ import typer
 
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
+from canvaslab.io import check_names
 
 
 def _existing(ctx, param, value):
     """Missing folders are one line before the study readers (and torch) load."""
     for folder in value:
-        if not folder.exists():
+        if not check_names(folder, "a study folder").exists():
             raise CanvaslabError(f"{folder}: no such folder")
     return value
 

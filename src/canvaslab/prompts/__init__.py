@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.io import MiB, NotRegularFile, UnreadableFile, check_names, nesting_depth, read_text
+
+PROMPT_FILE_LIMIT = 256 * MiB  # a prompt file of a real study is kilobytes
+MAX_DEPTH = 32  # a JSON line is one flat object
 
 # Short English prompts of different lengths, written in the words the synthetic preset tokenizers know,
 # so the tiny preset sees real ids rather than <unk>.
@@ -45,23 +49,42 @@ def builtin_prompts(count: int) -> list[Prompt]:
 
 def _jsonl_prompt(line: str, number: int, path: Path) -> Prompt:
     try:
-        record = json.loads(line)
+        record = json.loads(line) if nesting_depth(line) <= MAX_DEPTH else None
     except json.JSONDecodeError as error:
         raise CanvaslabError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+    except ValueError as error:  # e.g. an integer of more digits than Python converts
+        raise CanvaslabError(f"{path}:{number}: not valid JSON ({error})") from None
+    if record is None:
+        raise CanvaslabError(f"{path}:{number}: nests arrays and objects more than {MAX_DEPTH} deep; a line is "
+                             "{\"prompt\": ..., \"id\": ...}")
     if not isinstance(record, dict) or not isinstance(record.get("prompt"), str) or not record["prompt"].strip():
         raise CanvaslabError(f"{path}:{number}: each JSON line needs a non-empty string field \"prompt\"")
-    return Prompt(str(record.get("id", f"line-{number}")), record["prompt"])
+    prompt = Prompt(str(record.get("id", f"line-{number}")), record["prompt"])
+    for text in (prompt.prompt_id, prompt.text):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CanvaslabError(f"{path}:{number}: holds a lone surrogate escape (\\ud800-\\udfff), which is no "
+                                 "character: write the character itself") from None
+    return prompt
 
 
 def load_prompt_file(path: str | Path) -> list[Prompt]:
-    """``.jsonl``: one ``{"prompt": ..., "id": ...}`` per line; anything else: one prompt per line."""
-    path = Path(path)
-    if not path.is_file():
-        raise CanvaslabError(f"prompt file {path} does not exist")
+    """``.jsonl``: one ``{"prompt": ..., "id": ...}`` per line; anything else: one prompt per line.
+
+    The file is read as a regular file of at most ``PROMPT_FILE_LIMIT`` bytes: a FIFO, a device or a folder is
+    refused in one line, never waited on or read without end."""
+    path = check_names(Path(path), "prompt file")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise CanvaslabError(f"prompt file {path} is not UTF-8 text") from None
+        lines = read_text(path, max_bytes=PROMPT_FILE_LIMIT, follow_links=True).splitlines()
+    except FileNotFoundError:
+        raise CanvaslabError(f"prompt file {path} does not exist") from None
+    except NotRegularFile as error:
+        raise CanvaslabError(f"prompt file {path} is {error.kind}, not a regular file") from None
+    except UnreadableFile as error:
+        raise CanvaslabError(f"prompt file {error}") from None
+    except OSError as error:
+        raise CanvaslabError(f"prompt file {path} cannot be read ({error.strerror or error})") from None
     numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
     if not numbered:
         raise CanvaslabError(f"prompt file {path} has no prompts")

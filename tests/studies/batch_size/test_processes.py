@@ -59,7 +59,8 @@ def _outcome(proc: subprocess.Popen) -> dict:
 
 
 def _records(folder: Path) -> list[str]:
-    return sorted(path.name for path in (folder / "store" / "records").glob("*.json"))
+    """The units stored in ``folder`` (record files are named by a hash of the unit id, which they hold)."""
+    return sorted(read_json(path)["unit"] for path in (folder / "store" / "records").glob("*.json"))
 
 
 def test_study_sigkilled_mid_unit_and_resumed_under_another_hash_seed_matches_an_uninterrupted_one(tmp_path):
@@ -71,7 +72,7 @@ def test_study_sigkilled_mid_unit_and_resumed_under_another_hash_seed_matches_an
         time.sleep(0.05)
     os.kill(killed.pid, signal.SIGKILL)  # the first prompt is stored; the second is running
     killed.communicate(timeout=60)
-    assert killed.returncode == -signal.SIGKILL and _records(tmp_path / "resumed") == ["builtin-0.json"]
+    assert killed.returncode == -signal.SIGKILL and _records(tmp_path / "resumed") == ["builtin-0"]
     assert _outcome(_start(tmp_path / "resumed", "1")) == {"ran": 1, "skipped": 1, "failed": 0}
     assert _outcome(_start(tmp_path / "whole", "1")) == {"ran": 2, "skipped": 0, "failed": 0}
     resumed, uninterrupted = read_json(tmp_path / "resumed" / RESULT_FILE), read_json(tmp_path / "whole" / RESULT_FILE)

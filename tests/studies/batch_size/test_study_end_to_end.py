@@ -81,7 +81,7 @@ def test_interrupted_study_resumes_without_redoing_prompts(tmp_path, tiny):
         run_batch_study(tiny, prompts, settings, out_dir=tmp_path, progress=interrupt_after_first_prompt)
     # progress counts finished prompts (units)
     assert seen == [(0, 2, ""), (0, 2, "builtin-0"), (1, 2, "")]
-    assert [p.name for p in (tmp_path / "store" / "records").glob("*.json")] == ["builtin-0.json"]
+    assert [read_json(p)["unit"] for p in (tmp_path / "store" / "records").glob("*.json")] == ["builtin-0"]
     resumed_calls = []
     resumed = run_batch_study(tiny, prompts, settings, out_dir=tmp_path,
                               progress=lambda done, total, doing: resumed_calls.append((done, doing)))
@@ -106,5 +106,5 @@ def test_a_study_whose_prompts_failed_raises_instead_of_summarising_what_ran(tin
     with pytest.raises(CanvaslabError, match=r"incomplete: prompts: 0 ran, 0 skipped as already done, 2 failed "
                                              r"\(first: builtin-0: AttributeError: .*'eps'"):
         run_batch_study(tiny, builtin_prompts(2), settings, out_dir=tmp_path)
-    failed = sorted(p.name for p in (tmp_path / "store" / "failed").glob("*.json"))
-    assert failed == ["builtin-0.json", "builtin-1.json"]
+    failed = sorted(read_json(p)["unit"] for p in (tmp_path / "store" / "failed").glob("*.json"))
+    assert failed == ["builtin-0", "builtin-1"]

@@ -31,6 +31,11 @@ def _record_files(folder: Path) -> list[Path]:
     return sorted((folder / "store" / "records").glob("*.json"))
 
 
+def _record_of(folder: Path, unit: str) -> Path:
+    """The record file of ``unit`` (files are named by a hash of the unit id)."""
+    return next(path for path in _record_files(folder) if json.loads(path.read_text())["unit"] == unit)
+
+
 def test_first_difference_names_the_first_differing_field():
     old = {"plan": {"a": 1, "b": {"c": [1, 2]}, "d": 0}}
     assert first_difference(old, old) is None
@@ -128,7 +133,7 @@ def test_a_damaged_record_is_set_aside_and_its_unit_redone(tmp_path, damage, cap
     log = tmp_path / "log"
     reference, _ = run_study(Squares(n=3), tmp_path / "whole")
     run_study(Squares(n=3, log=str(log)), tmp_path / "s")
-    path = _record_files(tmp_path / "s")[1]  # u/1
+    path = _record_of(tmp_path / "s", "u/1")
     text = path.read_text()
     damaged = {"truncated": text[: len(text) // 2], "edited": text.replace('"square":1', '"square":7'),
                "other unit": text.replace('"unit":"u/1"', '"unit":"u/2"')}[damage]

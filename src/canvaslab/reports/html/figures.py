@@ -15,6 +15,8 @@ from pathlib import Path
 
 import matplotlib
 
+from canvaslab.io import atomic_writer, write_text_atomic
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -33,21 +35,28 @@ PNG_DPI = 200
 
 
 class FigureSet:
-    """Writes each figure as ``NAME.png`` and ``NAME.svg`` into ``folder`` and keeps its inline SVG."""
+    """Writes each figure as ``NAME.png`` and ``NAME.svg`` into ``folder`` and keeps its inline SVG.
 
-    def __init__(self, folder: Path):
-        self.folder = folder
+    ``below``: a folder above ``folder`` (the page's) from which every folder down to ``folder`` must be a real
+    one, created here or found as a folder, never a symbolic link; each file is written to a new temporary file
+    in it and renamed into place (``canvaslab.io.atomic_writer``), so a link at a figure's name is replaced, never
+    written through."""
+
+    def __init__(self, folder: Path, below: Path | None = None):
+        self.folder, self.below = folder, below
         self.written: list[Path] = []
 
     def save(self, fig, name: str, alt: str) -> str:
         """Write the files, close the figure, return an inline ``<figure>`` (SVG + caption-free alt text)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fig.savefig(self.folder / f"{name}.png", dpi=PNG_DPI, bbox_inches="tight")
-        buffer = io.StringIO()
-        fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
-        plt.close(fig)
+        try:
+            with atomic_writer(self.folder / f"{name}.png", binary=True, below=self.below) as handle:
+                fig.savefig(handle, format="png", dpi=PNG_DPI, bbox_inches="tight")
+            buffer = io.StringIO()
+            fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+        finally:
+            plt.close(fig)
         svg = visible_controls(buffer.getvalue())
-        (self.folder / f"{name}.svg").write_text(svg, encoding="utf-8")
+        write_text_atomic(self.folder / f"{name}.svg", svg, below=self.below)
         self.written += [self.folder / f"{name}.png", self.folder / f"{name}.svg"]
         return (f'<figure class="figure" data-figure="{name}">{inline_svg(svg, name, alt)}'
                 f'<figcaption>{name}.png / {name}.svg beside this page</figcaption></figure>')

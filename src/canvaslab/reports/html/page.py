@@ -1,7 +1,9 @@
 """``canvaslab report``: study folders -> one self-contained ``report.html`` plus figures beside it.
 
-Every folder is checked before any work starts (a missing folder, or one holding no study output, is a
-one-line error). Each study gets a section; each folder a column in it, headed by its environment, so
+Every folder is checked, and every study read, before any work starts (a missing folder, one holding no study
+output, a damaged, linked or absurdly large result file is a one-line error). Figures go only into a real folder
+beside the page (``NAME-figures``: a symbolic link there is refused), each written anew and renamed into place,
+never through a link. Each study gets a section; each folder a column in it, headed by its environment, so
 the same study in ``stock`` and ``invariant`` mode, or on two GPUs, sits side by side. The page holds
 its style, script, data and figures inline (SVG, whose rasters are data: URIs) and a Content Security
 Policy that forbids any request: opened from disk, it fetches nothing.
@@ -16,8 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Sequence
 
-from canvaslab.errors import CanvaslabError
-from canvaslab.io import write_text_atomic
+from canvaslab.errors import CanvaslabError, RunFailed
+from canvaslab.io import UnreadableFile, check_names, check_real_folders, disk_full, write_text_atomic
 from canvaslab.reports.html import figures
 from canvaslab.reports.html.markup import esc, section
 
@@ -49,6 +51,7 @@ def check_folders(folders: Sequence[Path], sections: Sequence[Section]) -> list[
     if not folders:
         raise CanvaslabError("give at least one study folder")
     for folder in folders:
+        check_names(folder, "a study folder")
         if not folder.exists():
             raise CanvaslabError(f"{folder}: no such folder")
         if not any(part.reader.find(folder) is not None for part in sections):
@@ -102,30 +105,72 @@ def _script_safe_json(value) -> str:
 _DAMAGED = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
 
 
-def _build_column(reader, build, folder: Path, key: str, label: str, figs):
+def _damaged(reader, folder: Path, error: Exception) -> CanvaslabError:
+    return CanvaslabError(f"{reader.find(folder)} cannot be shown: it is damaged or was not written by this "
+                          f"canvaslab ({type(error).__name__}: {error})")
+
+
+def _read_study(reader, folder: Path):
     try:
-        study = reader.read(folder)
+        return reader.read(folder)
+    except UnreadableFile:  # a link, a FIFO, a huge or deeply nested file: its own line says what it is
+        raise
+    except _DAMAGED as error:
+        raise _damaged(reader, folder, error) from None
+
+
+def _build_column(reader, build, study, folder: Path, key: str, label: str, figs):
+    try:
         return build(study, key, _title(label, study.environment), figs)
     except _DAMAGED as error:
-        raise CanvaslabError(f"{reader.find(folder)} cannot be shown: it is damaged or was not written by this "
-                             f"canvaslab ({type(error).__name__}: {error})") from None
+        raise _damaged(reader, folder, error) from None
+
+
+def _page_file(out: Path) -> Path:
+    """The page's path, refused in one line before any work when it cannot be written as a file, or when the
+    folder its figures go to is a symbolic link or not a folder (figures are written only in a real folder)."""
+    check_names(out, "--out")
+    if out.is_dir():
+        raise CanvaslabError(f"--out {out} is a folder; name the page's file, e.g. {out / REPORT_FILE}")
+    check_real_folders(_figures_folder(out), below=out.parent)
+    return out
+
+
+def _figures_folder(out: Path) -> Path:
+    return out.parent / f"{out.stem}-figures"
 
 
 def build_report(folders: Sequence[Path], out: Path | None, sections: Sequence[Section]) -> Report:
     """Write ``report.html`` (default: inside the first folder) and its figures, a section per study of
-    ``sections`` (the registry's, ``canvaslab.api.registry.report_sections``); return what was written."""
+    ``sections`` (the registry's, ``canvaslab.api.registry.report_sections``); return what was written.
+
+    Every folder's study is read (and refused, if damaged or far too large) before anything is drawn."""
     folders = check_folders([Path(f) for f in folders], sections)
     out = Path(out) if out is not None else (folders[0] if folders[0].is_dir() else folders[0].parent) / REPORT_FILE
-    figs = figures.FigureSet(out.parent / f"{out.stem}-figures")
+    out = _page_file(out)
+    read = {(part.anchor, index): _read_study(part.reader, folder) for part in sections
+            for index, folder in enumerate(folders) if part.reader.find(folder) is not None}
+    try:
+        return _write_report(folders, out, sections, read)
+    except OSError as error:
+        if not disk_full(error):
+            raise
+        raise RunFailed(f"the disk is full ({error.strerror or error}): the report could not be written in "
+                        f"{out.parent}; the study folders are unchanged: free some space and run the report "
+                        "again") from None
+
+
+def _write_report(folders: list[Path], out: Path, sections: Sequence[Section], read: dict) -> Report:
+    figs = figures.FigureSet(_figures_folder(out), below=out.parent)
     labels = folder_labels(folders)
     datasets, parts, nav, studies = [], [], [], {}
     for part in sections:
         reader, anchor, title, intro, build = part.reader, part.anchor, part.title, part.intro, part.column
         columns = []
         for index, (folder, label) in enumerate(zip(folders, labels)):
-            if reader.find(folder) is None:
+            if (anchor, index) not in read:
                 continue
-            built = _build_column(reader, build, folder, f"{anchor}{index}", label, figs)
+            built = _build_column(reader, build, read[anchor, index], folder, f"{anchor}{index}", label, figs)
             if isinstance(built, tuple):
                 built, dataset = built
                 datasets += [dataset] if dataset else []

@@ -3,5 +3,31 @@
 Each reader turns a study folder's outputs into a plain view the report draws from, filling what older
 files lack with ``None`` and a note, never failing on a missing optional key. When a study's files change
 (a move to the study engine's store, for one), only its reader changes.
+
+Files in a folder are read bounded and without following a link (``canvaslab.io.read_json``), and each
+reader refuses, in one line and before anything is drawn, a file whose counts (batch sizes, regimes, ops,
+runs) are far above what canvaslab writes (``too_many``): a tampered file cannot make the report run for hours.
 """
 
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from canvaslab.errors import CanvaslabError
+from canvaslab.io import MiB
+
+RESULT_LIMIT = 512 * MiB  # a study's result file; the largest real ones are tens of MB
+
+
+def too_many(source: Path, what: str, count: int, limit: int) -> None:
+    """Refuse (one line) ``count`` of ``what`` over ``limit``."""
+    if count > limit:
+        raise CanvaslabError(f"{source} lists {count:,} {what}; the report draws at most {limit:,}, far more than "
+                             "canvaslab writes: the file was edited or is not canvaslab's")
+
+
+def is_file(path: Path) -> bool:
+    """Whether something is at ``path``: a file, or a link, a special file or a folder where the file belongs,
+    which reading it then refuses in one line, saying what it is (False if nothing can be there)."""
+    return os.path.lexists(path)

@@ -10,10 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from canvaslab.choices import MAX_BATCH
 from canvaslab.io import read_json
+from canvaslab.reports.readers import RESULT_LIMIT, is_file, too_many
 
 STUDY = "batch_size"
 FILE = "batch_study.json"
+# What the report draws at most (canvaslab runs batch sizes up to MAX_BATCH; real studies have 16 prompts or a
+# few hundred, canvases of 256 positions and a few hundred passes).
+MAX_BATCH_SIZES = MAX_BATCH  # per prompt
+MAX_PROMPTS = 65_536
+MAX_RUNS = 65_536
+MAX_PASSES = 4_096  # per denoising path or spread
+MAX_POSITIONS = 65_536  # per canvas
 
 
 @dataclass
@@ -61,12 +70,12 @@ class BatchStudy:
 def find(folder: Path) -> Path | None:
     if folder.is_file():
         return folder if _looks_like(folder) else None
-    return folder / FILE if (folder / FILE).is_file() else None
+    return folder / FILE if is_file(folder / FILE) else None
 
 
 def _looks_like(path: Path) -> bool:
     try:
-        data = read_json(path)
+        data = read_json(path, max_bytes=RESULT_LIMIT, follow_links=True)
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("study") == STUDY
@@ -79,9 +88,29 @@ def parse_path(record: dict[str, Any] | None) -> list[CanvasPass] | None:
             for p in record["passes"]]
 
 
+def _check_sizes(source: Path, data: dict[str, Any]) -> None:
+    """Refuse, before anything is built, counts far above what canvaslab writes."""
+    runs = data.get("runs", [])
+    sizes: dict[str, set] = {}
+    for run in runs:
+        sizes.setdefault(str(run.get("prompt_id")), set()).add(str(run.get("batch_size")))
+    too_many(source, "batch sizes for one prompt", max(map(len, sizes.values()), default=0), MAX_BATCH_SIZES)
+    too_many(source, "runs", len(runs), MAX_RUNS)
+    too_many(source, "prompts", len(data.get("config", {}).get("prompts", [])), MAX_PROMPTS)
+    paths = [run.get("canvas_path") for run in runs] + list(data.get("reference_canvas_paths", {}).values())
+    for path in paths:
+        passes = (path or {}).get("passes") or []
+        too_many(source, "passes in one denoising path", len(passes), MAX_PASSES)
+        too_many(source, "positions in one canvas", max((len(p.get("tokens") or ()) for p in passes), default=0),
+                 MAX_POSITIONS)
+    too_many(source, "passes in one spread", max((len(run.get("spread_per_pass") or ()) for run in runs), default=0),
+             MAX_PASSES)
+
+
 def read(folder: Path) -> BatchStudy:
     source = find(folder)
-    data = read_json(source)
+    data = read_json(source, max_bytes=RESULT_LIMIT, follow_links=source == folder)
+    _check_sizes(source, data)
     runs = [BatchRun(r["prompt_id"], int(r["batch_size"]), r, parse_path(r.get("canvas_path")), r.get("spread_per_pass"))
             for r in data.get("runs", [])]
     references = {pid: parse_path(path) for pid, path in data.get("reference_canvas_paths", {}).items()}

@@ -5,16 +5,20 @@ The plan hash is shown as the report recorded it and checked against ``plan.sha2
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from canvaslab.io import read_json
+from canvaslab.io import read_json, read_text
+from canvaslab.reports.readers import RESULT_LIMIT, is_file, too_many
 
 STUDY = "unused_tokens"
 FILE = "noise_study.json"
 PLAN_FILE = "plan.json"
 HASH_FILE = "plan.sha256"
+MAX_EFFECTS = 4_096  # a real study reports 12 (2 comparisons x 6 outcomes); each is a row of the forest plot
+HASH_LIMIT = 64 * 1024
 
 
 @dataclass
@@ -34,10 +38,13 @@ class NoiseStudy:
 
 
 def find(folder: Path) -> Path | None:
-    return folder / FILE if folder.is_dir() and (folder / FILE).is_file() else None
+    return folder / FILE if folder.is_dir() and is_file(folder / FILE) else None
 
 
 def read(folder: Path) -> NoiseStudy:
-    plan = read_json(folder / PLAN_FILE) if (folder / PLAN_FILE).is_file() else None
-    registered = (folder / HASH_FILE).read_text().split()[0] if (folder / HASH_FILE).is_file() else None
-    return NoiseStudy(source=folder / FILE, report=read_json(folder / FILE), plan=plan, registered_hash=registered)
+    report = read_json(folder / FILE, max_bytes=RESULT_LIMIT)
+    too_many(folder / FILE, "effects", len(report.get("effects", [])), MAX_EFFECTS)
+    plan = read_json(folder / PLAN_FILE, max_bytes=RESULT_LIMIT) if os.path.lexists(folder / PLAN_FILE) else None
+    registered = (read_text(folder / HASH_FILE, max_bytes=HASH_LIMIT).split() or [None])[0] \
+        if os.path.lexists(folder / HASH_FILE) else None
+    return NoiseStudy(source=folder / FILE, report=report, plan=plan, registered_hash=registered)

@@ -10,14 +10,18 @@ So resume, crash safety, concurrency, retries, progress and Ray are each built o
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from canvaslab.errors import CanvaslabError
+from canvaslab.errors import CanvaslabError, RunFailed
+from canvaslab.io import check_names, disk_full
 from canvaslab.studies.engine.executors import EXECUTORS, Outcome, Progress, run_local, run_ray
-from canvaslab.studies.engine.plan import frozen, register, registered_plan, sha256_of, start_fresh
+from canvaslab.studies.engine.plan import (HASH_FILE, PLAN_FILE, STORE_DIR, check_store, frozen, register,
+                                           registered_plan, sha256_of, start_fresh)
 from canvaslab.studies.engine.store import Store
 from canvaslab.studies.engine.study import Study
 
@@ -37,16 +41,59 @@ def run_study(study: Study, folder: str | Path | None, *, executor: str = "local
         with tempfile.TemporaryDirectory(prefix="canvaslab-study-") as scratch:
             return run_study(study, scratch, executor=executor, retries=retries, progress=progress,
                              ray_address=ray_address, workers=workers, state=state, limit=limit)
-    folder = Path(folder).resolve()  # a study in "." must stay here if --fresh moves the old one away
+    folder = check_names(Path(folder), "the study folder").resolve()  # "." must stay here if --fresh moves it away
     if fresh and (kept := start_fresh(folder)) is not None:
         print(f"--fresh: the old folder is kept as {kept}", file=sys.stderr)
-    store = Store(folder, register(folder, study.name, study.plan()))
-    if executor == "ray":
-        outcome = run_ray(study, store, retries=retries, progress=progress, address=ray_address, workers=workers,
-                          limit=limit)
-    else:
-        outcome = run_local(study, store, retries=retries, progress=progress, state=state, limit=limit)
-    return _views(study, folder, store), outcome
+    check_store(folder)
+    created = [path for path in (folder / STORE_DIR, folder, *folder.parents) if not os.path.lexists(path)]
+    try:
+        store = Store(folder, register(folder, study.name, study.plan()))
+        if executor == "ray":
+            outcome = run_ray(study, store, retries=retries, progress=progress, address=ray_address, workers=workers,
+                              limit=limit)
+        else:
+            outcome = run_local(study, store, retries=retries, progress=progress, state=state, limit=limit)
+    except RunFailed:  # e.g. the disk is full: what the store holds stays, as its message says
+        raise
+    except Exception as error:
+        _remove_if_unused(created)
+        if disk_full(error):  # registering the plan, taking a lock
+            raise RunFailed(f"the disk is full ({error.strerror or error}): {folder} could not be written; what "
+                            "finished is kept in its store: free some space and rerun the same command to "
+                            "resume") from None
+        raise
+    try:
+        return _views(study, folder, store), outcome
+    except OSError as error:
+        if not disk_full(error):
+            raise
+        raise RunFailed(f"the disk is full ({error.strerror or error}): the study's result files could not be written; "
+                        f"its {outcome.done} finished units are kept in {folder / STORE_DIR}, intact: free some space "
+                        "and rerun the same command to write them (no finished unit runs again)") from None
+
+
+def _remove_if_unused(created: list[Path]) -> None:
+    """Undo a start that ended before any unit finished or failed: the store this call made (its plan, its
+    locks and empty folders), then the folders it made for it (the study folder, missing parents), so a refused
+    start leaves nothing behind. A store holding a record or a failure note is kept, and so is anything else
+    found there (only empty folders are removed)."""
+    if not created or created[0].name != STORE_DIR:
+        return
+    store = created[0]
+    for name in ("records", "failed"):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            if os.listdir(store / name):
+                return
+    with contextlib.suppress(OSError):
+        for name in os.listdir(store / "locks"):
+            if name.endswith(".lock"):
+                (store / "locks" / name).unlink()
+    for path in (store / PLAN_FILE, store / HASH_FILE):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    for path in (store / "locks", store / "records", store / "failed", *created):
+        with contextlib.suppress(OSError):
+            path.rmdir()  # only ever an empty folder
 
 
 def write_stored_views(study: Study, folder: str | Path) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from canvaslab.choices import EXECUTORS
-from canvaslab.errors import CanvaslabError
+from canvaslab.errors import CanvaslabError, RunFailed
 from canvaslab.studies.engine.plan import first_difference
 from canvaslab.studies.engine.store import Store
 from canvaslab.studies.engine.study import Study
@@ -188,6 +188,8 @@ def _run_group_locally(driver: _Driver, prepared: list, group: list[str], todo: 
                 remaining.remove(unit)
             if remaining:
                 raise RuntimeError(f"the study returned no record for {remaining[0]}")
+        except RunFailed:  # the disk is full: no other unit could be stored either
+            raise
         except Exception as error:  # a unit's failure must not stop the others; KeyboardInterrupt does
             attempts += 1
             if attempts > driver.retries:

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from canvaslab.choices import EXPORT_FORMATS as FORMATS
-from canvaslab.errors import CanvaslabError
-from canvaslab.io import atomic_writer
+from canvaslab.errors import CanvaslabError, RunFailed
+from canvaslab.io import atomic_writer, check_names, disk_full
 from canvaslab.studies.engine.plan import registered_plan, sha256_of
 from canvaslab.studies.engine.store import Store
-
 
 
 def _cell(value: Any) -> Any:
@@ -58,7 +57,14 @@ def export_parquet(folder: str | Path, path: str | Path) -> Path:
     """Write ``folder``'s store to ``path`` (atomically, ``canvaslab.io.atomic_writer``)."""
     import pyarrow.parquet as pq
 
+    path = check_names(path, "--out")
     table = store_table(folder)
-    with atomic_writer(path, binary=True) as handle:
-        pq.write_table(table, handle)
-    return Path(path)
+    try:
+        with atomic_writer(path, binary=True) as handle:
+            pq.write_table(table, handle)
+    except OSError as error:
+        if not disk_full(error):
+            raise
+        raise RunFailed(f"the disk is full ({error.strerror or error}): {path} could not be written; the study "
+                        "folder is unchanged: free some space and export again") from None
+    return path

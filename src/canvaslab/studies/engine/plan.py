@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import read_json, write_text_atomic
+from canvaslab.io import MiB, NotRegularFile, check_real_folders, read_json, read_text, write_text_atomic
 
 STORE_DIR = "store"
 PLAN_FILE = "plan.json"
 HASH_FILE = "plan.sha256"
+STORE_FOLDERS = ("records", "failed", "locks")
+PLAN_LIMIT = 256 * MiB  # a plan holds settings and prompts: kilobytes, a few MB with thousands of prompts
+HASH_LIMIT = 64 * 1024  # plan.sha256 is one line
 
 
 def canonical_json(value: Any) -> str:
@@ -105,18 +108,40 @@ def start_fresh(folder: Path) -> Path | None:
     return kept
 
 
+def check_store(folder: Path) -> None:
+    """Refuse (one line) a store whose folders (``store`` and those in it) are symbolic links or not folders:
+    a store is read and written only inside real folders, never through a link to somewhere else."""
+    for name in ("", *STORE_FOLDERS):
+        check_real_folders(Path(folder) / STORE_DIR / name, below=folder)
+
+
+def _not_a_file(error: NotRegularFile) -> CanvaslabError:
+    return CanvaslabError(f"{error.path} is {error.kind}, not a regular file: a study store holds only the files "
+                          "canvaslab writes; remove it, or use --fresh to start over (the folder is kept under a new "
+                          "name)")
+
+
+def read_plan(path: Path) -> Any:
+    """A registered ``plan.json``: a regular file (no link) of at most ``PLAN_LIMIT`` bytes."""
+    try:
+        return read_json(path, max_bytes=PLAN_LIMIT)
+    except NotRegularFile as error:
+        raise _not_a_file(error) from None
+
+
 def check_registered(folder: Path | None, study: str, plan: dict[str, Any]) -> bool:
     """Refuse (one line) a plan other than the one registered in ``folder``; True if one is registered.
 
     Commands call this before loading a model, so a mistaken rerun costs nothing."""
     if folder is None:
         return False
+    check_store(folder)
     path = Path(folder) / STORE_DIR / PLAN_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return False
     registered = frozen(study, plan)
     try:
-        old = read_json(path)
+        old = read_plan(path)
     except (OSError, ValueError) as error:
         raise CanvaslabError(f"{path} is damaged ({error}); use --fresh to start over "
                              "(the folder is kept under a new name)") from None
@@ -137,8 +162,8 @@ def register(folder: Path, study: str, plan: dict[str, Any]) -> str:
     digest = sha256_of(registered)
     if not check_registered(folder, study, plan):
         store = Path(folder) / STORE_DIR
-        write_text_atomic(store / PLAN_FILE, canonical_json(registered) + "\n")
-        write_text_atomic(store / HASH_FILE, f"{digest}  {PLAN_FILE}\n")
+        write_text_atomic(store / PLAN_FILE, canonical_json(registered) + "\n", below=folder)
+        write_text_atomic(store / HASH_FILE, f"{digest}  {PLAN_FILE}\n", below=folder)
     return digest
 
 
@@ -146,12 +171,15 @@ def registered_plan(folder: Path) -> dict[str, Any] | None:
     """The registered ``{"study", "plan"}`` of a folder, or None; refused (one line) when unreadable or not
     the text its ``plan.sha256`` names (records are checked against that hash: an edited plan would make
     every record look foreign)."""
+    check_store(folder)
     store = Path(folder) / STORE_DIR
-    if not (store / PLAN_FILE).exists():
+    if not os.path.lexists(store / PLAN_FILE):
         return None
     try:
-        registered = read_json(store / PLAN_FILE)
-        digest = (store / HASH_FILE).read_text(encoding="utf-8").split()[0]
+        registered = read_plan(store / PLAN_FILE)
+        digest = read_text(store / HASH_FILE, max_bytes=HASH_LIMIT).split()[0]
+    except NotRegularFile as error:
+        raise _not_a_file(error) from None
     except (OSError, ValueError, IndexError) as error:
         raise CanvaslabError(f"{store} is damaged: its {PLAN_FILE} or {HASH_FILE} cannot be read ({error})") from None
     if sha256_of(registered) != digest:

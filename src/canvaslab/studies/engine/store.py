@@ -1,14 +1,24 @@
 """The study store: one durable file per finished unit, under ``DIR/store/``.
 
-Layout: ``records/<unit>.json`` (a finished unit), ``failed/<unit>.json`` (its last error, after the
-retries; a rerun tries it again), ``locks/<unit>.lock`` (held while a process runs the unit).
+Layout: ``records/<name>.json`` (a finished unit), ``failed/<name>.json`` (its last error, after the
+retries; a rerun tries it again), ``locks/<name>.lock`` (held while a process runs the unit). ``<name>`` is
+the sha256 of the unit's id, never the id itself: an id of any length or content (a prompt id from a user's
+file) names a file of 64 characters, and the id is kept inside the file. Stores whose records are named by
+the id itself (percent-escaped) are still read, and such records count as the unit's.
 
 Why per-unit files. A record is written to a temporary file, fsynced and renamed into place
 (``canvaslab.io.write_text_atomic``), so it is either absent or complete: a kill at any moment loses at
 most the unit being run and never a finished one. Each file carries the sha256 of its record and the
 plan's, checked on every read. The one torn-write rule: a record file that does not parse, whose
-checksum does not match, or that cites another unit or plan is not a result; it is moved aside
-(``.damaged``, kept for inspection) and its unit is run again.
+checksum does not match, that is too big or nested too deeply, or that cites another unit or plan is not
+a result; it is moved aside (``.damaged``, kept for inspection) and its unit is run again.
+
+What a folder from elsewhere cannot do. The store's folders must be real folders (a symbolic link or a file
+in their place is refused in one line), and every write and rename happens relative to a handle of a folder
+opened without following links, so nothing is ever written or renamed outside the store. Its files are read
+without following a link or blocking, and bounded (``RECORD_LIMIT``): a record that is a link (to
+``/dev/zero``, to a file elsewhere), a FIFO, a device or a folder is refused in one line. A full disk ends the
+run in one line (``RunFailed``) that says what is kept and how to resume.
 
 Why locks. Two processes pointed at one DIR must not both run a unit (wasted work) nor both store it
 (a duplicate): a process takes ``flock`` on the unit's lock file before running it and checks the
@@ -19,36 +29,71 @@ cluster only the driver touches the store, the workers send their records back.
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import hashlib
 import json
 import os
+import re
+import stat
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote, unquote
 
-from canvaslab.io import _finite, _json_default, write_text_atomic
-from canvaslab.studies.engine.plan import STORE_DIR, canonical_json, sha256_of
+from canvaslab.errors import CanvaslabError, RunFailed
+from canvaslab.io import (MiB, NAME_MAX, NotRegularFile, UnreadableFile, _finite, _json_default, disk_full,
+                          folder_handle, parse_json, read_bytes, write_text_atomic)
+from canvaslab.studies.engine.plan import STORE_DIR, canonical_json, check_store, sha256_of
+
+RECORD_LIMIT = 512 * MiB  # a record of the largest real study is a few MB
+NOTE_LIMIT = 4 * MiB  # a failure note: a unit id and one error line
+_HASHED = re.compile(r"[0-9a-f]{64}\.json")
 
 
 def _file_name(unit: str) -> str:
-    """A unit id as one file name ('/' and '#' escaped, readable otherwise)."""
-    return quote(unit, safe="-_.@+=,") + ".json"
+    """A unit's file name: the sha256 of its id."""
+    return hashlib.sha256(unit.encode("utf-8", "surrogatepass")).hexdigest() + ".json"
+
+
+def _named_by_id(unit: str) -> str | None:
+    """The name stores used to give a unit's files (its id, percent-escaped), if such a name can exist."""
+    try:
+        name = quote(unit, safe="-_.@+=,") + ".json"
+    except UnicodeEncodeError:
+        return None
+    return name if len(name.encode("utf-8")) <= NAME_MAX and not _HASHED.fullmatch(name) else None
+
+
+def _not_a_file(error: NotRegularFile) -> CanvaslabError:
+    return CanvaslabError(f"{error.path} is {error.kind}, not a regular file: a study store holds only the files "
+                          "canvaslab writes; remove it (its unit is then run again)")
 
 
 class UnitLock:
     """An exclusive ``flock`` on one unit, held by this process until ``release``."""
 
-    def __init__(self, path: Path):
-        self.path, self.handle = path, None
+    def __init__(self, path: Path, below: Path | None = None):
+        self.path, self.below, self.handle = path, below, None
 
     def acquire(self, wait: bool) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+b")
+        with folder_handle(self.path.parent, below=self.below, create=True) as folder:
+            try:
+                handle = os.open(self.path.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                                 0o666, dir_fd=folder)
+            except OSError as error:
+                if error.errno == errno.ELOOP:
+                    raise CanvaslabError(f"{self.path} is a symbolic link, not a lock file: a study store holds only "
+                                         "the files canvaslab writes; remove it") from None
+                raise
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            os.close(handle)
+            raise CanvaslabError(f"{self.path} is not a regular file: a study store holds only the files canvaslab "
+                                 "writes; remove it")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
-            handle.close()
+            os.close(handle)
             return False
         self.handle = handle
         return True
@@ -56,7 +101,7 @@ class UnitLock:
     def release(self) -> None:
         if self.handle is not None:
             fcntl.flock(self.handle, fcntl.LOCK_UN)
-            self.handle.close()
+            os.close(self.handle)
             self.handle = None
 
 
@@ -64,11 +109,13 @@ class Store:
     """Finished units of one study (``plan_sha256``) in ``DIR/store``."""
 
     def __init__(self, folder: str | Path, plan_sha256: str, read_only: bool = False):
-        self.root = Path(folder) / STORE_DIR
+        self.folder = Path(folder)
+        self.root = self.folder / STORE_DIR
         self.plan_sha256 = plan_sha256
         self.records_dir, self.failed_dir = self.root / "records", self.root / "failed"
         # read_only: a damaged record is left where it is (and listed here) instead of being set aside
         self.read_only, self.passed_over = read_only, []
+        check_store(self.folder)
 
     def say_passed_over(self) -> None:
         """One stderr line for the damaged records a read-only store left where they are, if any."""
@@ -80,50 +127,76 @@ class Store:
         return self.records_dir / _file_name(unit)
 
     def lock(self, unit: str) -> UnitLock:
-        return UnitLock(self.root / "locks" / (_file_name(unit)[:-5] + ".lock"))
+        return UnitLock(self.root / "locks" / (_file_name(unit)[:-5] + ".lock"), self.folder)
 
     def load(self, unit: str) -> dict[str, Any] | None:
         """The unit's record, or None if it has none (a damaged file is moved aside: see the module)."""
         stored = self.load_stored(unit)
         return None if stored is None else stored["record"]
 
+    def _read(self, path: Path, limit: int = RECORD_LIMIT) -> Any:
+        """The parsed file (``UnreadableFile`` when damaged; ``FileNotFoundError`` when missing; one line when it is
+        not a regular file)."""
+        try:
+            return parse_json(read_bytes(path, max_bytes=limit), source=path)
+        except NotRegularFile as error:
+            raise _not_a_file(error) from None
+
     def load_stored(self, unit: str) -> dict[str, Any] | None:
         """The unit's stored file: its record and the ``worker`` that made it."""
-        path = self._record_path(unit)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except OSError:  # e.g. a folder in its place
-            if not self.read_only:
-                raise
-            text = ""
-        try:
-            stored = json.loads(text)
-            valid = (stored["unit"] == unit and stored["plan_sha256"] == self.plan_sha256
-                     and stored["record_sha256"] == sha256_of(stored["record"]))
-        except (ValueError, KeyError, TypeError):
-            valid = False
-        if not valid:
-            if self.read_only:
-                self.passed_over.append(path)
-            else:
-                self._set_aside(path)
-            return None
-        return stored
+        for name in (_file_name(unit), _named_by_id(unit)):
+            if name is None:
+                continue
+            path = self.records_dir / name
+            try:
+                stored = self._read(path)
+            except FileNotFoundError:
+                continue
+            except UnreadableFile:
+                stored = None
+            try:
+                valid = (stored["unit"] == unit and stored["plan_sha256"] == self.plan_sha256
+                         and stored["record_sha256"] == sha256_of(stored["record"]))
+            except (ValueError, KeyError, TypeError):
+                valid = False
+            if not valid:
+                if self.read_only:
+                    self.passed_over.append(path)
+                else:
+                    self._set_aside(path)
+                return None
+            return stored
+        return None
 
     def _set_aside(self, path: Path) -> None:
-        number = 0
-        while (aside := path.with_name(f"{path.name}.damaged{number or ''}")).exists():
-            number += 1
-        try:
-            os.rename(path, aside)
-        except FileNotFoundError:  # another process set it aside first
-            return
-        print(f"{path} is damaged: kept as {aside.name}, its unit runs again", file=sys.stderr)
+        with folder_handle(path.parent, below=self.folder) as folder:
+            if folder is None:
+                return
+            number = 0
+            while True:
+                aside = f"{path.name}.damaged{number or ''}"
+                try:
+                    os.lstat(aside, dir_fd=folder)
+                except FileNotFoundError:
+                    break
+                number += 1
+            try:
+                os.rename(path.name, aside, src_dir_fd=folder, dst_dir_fd=folder)
+            except FileNotFoundError:  # another process set it aside first
+                return
+        print(f"{path} is damaged: kept as {aside}, its unit runs again", file=sys.stderr)
 
     def has(self, unit: str) -> bool:
         return self.load(unit) is not None
+
+    def _disk_full(self, what: str, error: OSError) -> RunFailed:
+        try:
+            kept = sum(1 for name in os.listdir(self.records_dir) if name.endswith(".json"))
+        except OSError:
+            kept = 0
+        return RunFailed(f"the disk is full ({error.strerror or error}): {what} could not be written; the {kept} "
+                         f"finished units are kept in {self.root}, intact: free some space and rerun the same "
+                         "command to resume (finished units are not run again)")
 
     def save(self, unit: str, record: dict[str, Any], worker: dict[str, Any] | None = None) -> None:
         """Make the unit's record durable (atomically); only then does it count as finished."""
@@ -131,24 +204,44 @@ class Store:
         record = json.loads(json.dumps(_finite(record), default=_json_default))
         stored = {"unit": unit, "plan_sha256": self.plan_sha256, "record_sha256": sha256_of(record),
                   "worker": worker or {}, "record": record}
-        write_text_atomic(self._record_path(unit), canonical_json(stored) + "\n")
-        (self.failed_dir / _file_name(unit)).unlink(missing_ok=True)
+        try:
+            write_text_atomic(self._record_path(unit), canonical_json(stored) + "\n", below=self.folder)
+        except OSError as error:
+            if disk_full(error):
+                raise self._disk_full(f"the record of {unit}", error) from None
+            raise
+        with folder_handle(self.failed_dir, below=self.folder) as folder:
+            for name in (_file_name(unit), _named_by_id(unit)):
+                if folder is not None and name is not None:
+                    try:
+                        os.unlink(name, dir_fd=folder)
+                    except (FileNotFoundError, IsADirectoryError):
+                        pass
 
     def fail(self, unit: str, error: str, attempts: int) -> None:
-        write_text_atomic(self.failed_dir / _file_name(unit),
-                          canonical_json({"unit": unit, "error": error, "attempts": attempts}) + "\n")
+        try:
+            write_text_atomic(self.failed_dir / _file_name(unit),
+                              canonical_json({"unit": unit, "error": error, "attempts": attempts}) + "\n",
+                              below=self.folder)
+        except OSError as problem:
+            if disk_full(problem):
+                raise self._disk_full(f"the failure note of {unit}", problem) from None
+            raise
 
     def failures(self) -> dict[str, dict[str, Any]]:
-        if not self.failed_dir.is_dir():
-            return {}
         found = {}
-        for path in sorted(self.failed_dir.glob("*.json")):
+        for path in self._files(self.failed_dir):
             try:
-                entry = json.loads(path.read_text(encoding="utf-8"))
+                entry = self._read(path, NOTE_LIMIT)
                 found[entry["unit"]] = entry
-            except (OSError, ValueError, KeyError, TypeError):  # a damaged failure note: left, not counted
+            except (FileNotFoundError, UnreadableFile, KeyError, TypeError):  # damaged: left there, not counted
                 self.passed_over.append(path)
         return found
+
+    def _files(self, folder: Path) -> list[Path]:
+        with folder_handle(folder, below=self.folder) as handle:
+            names = [] if handle is None else os.listdir(handle)
+        return [folder / name for name in sorted(names) if name.endswith(".json")]
 
     def records(self, units: list[str]) -> dict[str, dict[str, Any]]:
         """The records of the finished units among ``units``, in that order."""
@@ -163,7 +256,20 @@ class Store:
                 found[unit] = stored
         return found
 
-    def stored_units(self) -> Iterator[str]:
-        if self.records_dir.is_dir():
-            for path in sorted(self.records_dir.glob("*.json")):
-                yield unquote(path.name[:-5])
+    def stored_units(self) -> list[str]:
+        """The unit ids the records folder holds files for, sorted (a file that names no unit, or another unit
+        than its name's, is listed as passed over)."""
+        units = []
+        for path in self._files(self.records_dir):
+            if not _HASHED.fullmatch(path.name):
+                units.append(unquote(path.name[:-5]))
+                continue
+            try:
+                unit = self._read(path)["unit"]
+            except (FileNotFoundError, UnreadableFile, KeyError, TypeError):
+                unit = None
+            if isinstance(unit, str) and _file_name(unit) == path.name:
+                units.append(unit)
+            else:
+                self.passed_over.append(path)
+        return sorted(set(units))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import jsonschema
 from transformers import PreTrainedTokenizerBase
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import write_text_atomic
+from canvaslab.io import MiB, NotRegularFile, read_bytes, read_json, write_text_atomic
 from canvaslab.prompts import builtin_prompts
 from canvaslab.studies.unused_tokens.model_facts import ModelFacts
 from canvaslab.studies.unused_tokens.plan_schema import PLAN_SCHEMA
@@ -33,6 +34,8 @@ from canvaslab.studies.unused_tokens.token_pools import TOKEN_CLASSES, TokenPool
 
 PLAN_FILE = "plan.json"
 HASH_FILE = "plan.sha256"
+PLAN_LIMIT = 256 * MiB  # a plan with its token pools is a few MB
+HASH_LIMIT = 64 * 1024  # plan.sha256 is one line
 SCHEMA_ID = "canvaslab.noise-study.plan/2"
 # Plans of earlier schemas still load (their hash is their own content) and run under today's rules;
 # where a rule they state differs, the report lists it under ``deviations_from_plan``.
@@ -246,12 +249,14 @@ def save_plan(plan: NoisePlan, directory: str | Path) -> str:
 
 
 def _read_plan_dict(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise CanvaslabError(f"{path} {'is not a file' if path.exists() else 'does not exist'}: write a plan first "
-                             "with `canvaslab noise-study plan --out DIR`")
+    if not os.path.lexists(path):
+        raise CanvaslabError(f"{path} does not exist: write a plan first with `canvaslab noise-study plan --out DIR`")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        data = read_json(path, max_bytes=PLAN_LIMIT)
+    except NotRegularFile as error:
+        raise CanvaslabError(f"{path} is not a file ({error.kind}): write a plan first with `canvaslab noise-study "
+                             "plan --out DIR`") from None
+    except (OSError, ValueError) as error:
         raise CanvaslabError(f"{path} is not readable JSON: {error}") from None
     try:
         jsonschema.validate(data, PLAN_SCHEMA)
@@ -267,9 +272,15 @@ def recorded_hash(directory: str | Path) -> str:
     # Where results exist the plan cannot be registered again: the file must come back (the store's own
     # plan.json names the hash, as registered_plan_sha256).
     restore = "restore it, or write a new plan in a new folder with `canvaslab noise-study plan`"
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise CanvaslabError(f"{path} is missing: the plan's registration is gone; {restore}")
-    fields = path.read_text(encoding="ascii", errors="replace").split()
+    try:
+        fields = read_bytes(path, max_bytes=HASH_LIMIT).decode("ascii", errors="replace").split()
+    except NotRegularFile as error:
+        raise CanvaslabError(f"{path} is {error.kind}, not a file: the plan's registration is gone; "
+                             f"{restore}") from None
+    except (OSError, ValueError) as error:
+        raise CanvaslabError(f"{path} cannot be read ({error}): the plan's registration is gone; {restore}") from None
     if not fields:
         raise CanvaslabError(f"{path} is empty: the plan's registration is gone; {restore}")
     return fields[0]
