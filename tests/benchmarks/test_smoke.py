@@ -204,9 +204,14 @@ def smoke_h200_speed_run(tmp_path, request):
 def smoke_mini_quality(tmp_path, request):
     run_folder = request.getfixturevalue("tiny_run")
     out = tmp_path / "quality.json"
-    python("mini_quality.py", "--run", str(run_folder), "--per-task", "1", "--tasks", "add2", "--out", str(out))
-    result = read(out, "per_task", "answers", "diffusion", "autoregressive", "environment")
+    python("mini_quality.py", "--run", str(run_folder), "--per-task", "1", "--tasks", "add2,add_mixed", "--out", str(out))
+    result = read(out, "per_task", "answers", "diffusion", "autoregressive", "environment", "in_template",
+                  "heldout_template", "table", "failures")
     assert [answer["task"] for answer in result["answers"]["diffusion"]] == ["add2"]
+    assert [a["task"] for a in result["heldout_template"]["answers"]["autoregressive"]] == ["add2", "add_mixed"]
+    assert {(row["split"], row["task"], row["n"]) for row in result["table"]} == {
+        ("in_template", "add2", 1), ("heldout_template", "add2", 1), ("heldout_template", "add_mixed", 1)}
+    manifested(out.with_suffix(".md"))
 
 
 def smoke_mini_prose_judge(tmp_path, request):

@@ -1,8 +1,11 @@
 """The `mini` training mixture: seeded task generators with hash-decided held-out splits.
 
 ``Mixture.sample(rng, "train")`` draws one training example; ``Mixture.heldout(task, n, seed)`` a list
-of held-out ones (never produced for training, by construction of ``split_of``). Everything is a pure
-function of the seed and, for prose, of the passage file.
+of held-out ones (never produced for training, by construction of ``split_of``): the training templates with
+held-out operands, values or combinations (in-template). ``Mixture.heldout_templates(task, n, seed)`` asks the
+tasks in templates the training generators never use (``heldout_templates``: new wordings, JSON keys and value
+types, function behaviours, sum widths). Everything is a pure function of the seed and, for prose, of the passage
+file.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.training.tasks import arithmetic, code, knowledge, prose, structured
+from canvaslab.training.tasks import arithmetic, code, heldout_templates, knowledge, prose, structured
 from canvaslab.training.tasks.base import Example, draw, split_of
 
 # Share of training examples per task. Math and code get the most: their answers are exact.
@@ -95,6 +98,7 @@ class Mixture:
             "json": structured.json_object,
             "code": code.python_function,
         }
+        texts = None
         if passages is not None:
             texts = prose.load_passages(str(passages))
             answers = None if style.prose_answers is None else prose.load_answers(
@@ -106,6 +110,8 @@ class Mixture:
         every_share = mixture_shares(shares) if shares else MIXTURE
         self.tasks = [task for task in MIXTURE if task in self.makers and every_share[task] > 0]
         self.weights = [every_share[task] for task in self.tasks]
+        # the held-out templates' generators: never in ``makers``, so ``sample`` cannot reach them
+        self._template_makers = heldout_templates.makers(texts)
 
     def sample(self, rng: random.Random, split: str = "train") -> Example:
         task = rng.choices(self.tasks, self.weights)[0]
@@ -122,6 +128,17 @@ class Mixture:
             if len(examples) == n:
                 break
         return examples
+
+    def template_tasks(self) -> tuple[str, ...]:
+        """The tasks with held-out templates (prose only with passages)."""
+        return tuple(task for task in heldout_templates.TEMPLATE_TASKS if task in self._template_makers)
+
+    def heldout_templates(self, task: str, n: int, seed: int = 0) -> list[Example]:
+        """``n`` distinct examples of ``task`` in held-out templates (``heldout_templates``), reproducible from
+        ``seed``; their split is ``heldout_template``."""
+        if task not in self._template_makers:
+            raise CanvaslabError(f"no held-out templates for task {task!r} (tasks: {', '.join(self.template_tasks())})")
+        return heldout_templates.examples(task, n, seed, self._template_makers)
 
 
 __all__ = ["EVAL_TASKS", "MIXTURE", "RUN4_STYLE", "AnswerStyle", "Example", "Mixture", "split_of"]

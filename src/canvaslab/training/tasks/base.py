@@ -15,6 +15,9 @@ from typing import Any, Callable
 HELD_OUT_PERCENT = 10
 SPLITS = ("train", "heldout")
 TRAIN_ONLY = "train-only:"
+# Keys of the held-out templates (``heldout_templates``): a split of their own, never "train" or "heldout".
+HELD_OUT_TEMPLATE = "heldout-template:"
+HELD_OUT_TEMPLATE_SPLIT = "heldout_template"
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,11 @@ class Example:
 
 def split_of(key: str) -> str:
     """``heldout`` for HELD_OUT_PERCENT % of keys (by SHA-256), ``train`` for the rest and for keys
-    starting with ``train-only:`` (material such as fact statements that has no held-out half)."""
+    starting with ``train-only:`` (material such as fact statements that has no held-out half);
+    ``heldout_template`` for keys starting with ``heldout-template:`` (``heldout_templates``: never drawn for
+    training or for the in-template held-out split)."""
+    if key.startswith(HELD_OUT_TEMPLATE):
+        return HELD_OUT_TEMPLATE_SPLIT
     if key.startswith(TRAIN_ONLY):
         return "train"
     digest = hashlib.sha256(f"canvaslab-mini/{key}".encode("utf-8")).digest()
