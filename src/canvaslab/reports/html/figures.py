@@ -10,6 +10,7 @@ the viewer's own sans-serif font: no font is embedded or fetched.
 from __future__ import annotations
 
 import io
+import math
 import re
 from pathlib import Path
 
@@ -94,3 +95,12 @@ def figure(width: float, height: float, **kwargs):
 
 def style():
     return plt.rc_context(STYLE)
+
+
+def padded_limits(values, margin: float = 0.06) -> tuple[float, float]:
+    """Axis limits holding every finite value with ``margin`` of the span to spare on each side, so no
+    marker sits on (and is cut by) the edge; a single value gets ``margin`` either side."""
+    finite = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    pad = margin * (high - low) or margin
+    return low - pad, high + pad
