@@ -4,7 +4,7 @@ and n; completions, chat and a stream) for each C. Per mode: how many probe answ
 alone (all bytes but id and created), requests/s, completion tokens/s, latency p50/p99 and the batch sizes formed.
 
     python benchmarks/serve_load.py --model mini --dtype float32 --modes invariant,stock --levels 1,4,16,64 \\
-        --steps 8 --max-tokens 64 --out OUT/serve_load_mini
+        --steps 2 --repeats 1 --max-tokens 64 --out OUT
 """
 
 from __future__ import annotations

@@ -1,15 +1,22 @@
 """The proof on the CPU: in invariant mode a probe's answer is the same bytes alone and amid 1, 4 and 16 other
 clients' random traffic (random prompts of random lengths, max_tokens, seeds, n; completions, chat, a stream),
-whatever batch it lands in and whatever its row."""
+whatever batch it lands in and whatever its row; on the random-weight ``tiny``, and amid 1 and 4 other clients on
+the trained ``mini``."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
+import pytest
+
+from canvaslab.models import load_model
 from canvaslab.serving.loadtest import default_probes, probe_under_load
 from conftest import served
 
 LEVELS = (1, 4, 16)
+MINI_LEVELS = (1, 4)
+MINI_BUDGET = 32  # one of mini's 128-token canvases
 
 
 def test_every_probe_is_byte_identical_to_its_answer_alone(tiny):
@@ -54,3 +61,29 @@ def test_the_proof_sees_a_row_keyed_by_its_place_in_the_batch(tiny):
             return await probe_under_load(client, "tiny", (4,), budget=engine.budget, repeats=1)
 
     assert asyncio.run(main())["differing"] > 0
+
+
+@pytest.fixture(scope="module")
+def mini():
+    return load_model("mini", dtype="float32")
+
+
+@pytest.mark.slow
+def test_mini_probes_are_byte_identical_to_their_answers_alone(mini):
+    """The trained ``mini`` (real text, a chat template, early stops): the same proof at 1 and 4 other clients,
+    each probe once per level; a 200 ms batch window makes the probes share their batches with the others'."""
+    probes = [dataclasses.replace(probe, body={"max_tokens": MINI_BUDGET, **probe.body}) for probe in default_probes()]
+
+    async def main():
+        async with served(mini, name="mini", mode="invariant", max_batch=8, batch_window_ms=200) as (engine, client):
+            return await probe_under_load(client, "mini", MINI_LEVELS, budget=MINI_BUDGET, probes=probes, repeats=1,
+                                          batch_sizes=lambda: engine.batch_sizes)
+
+    result = asyncio.run(main())
+    probe_rows = sum(probe.body.get("n", 1) for probe in probes)
+    assert result["probe_answers"] == len(MINI_LEVELS) * len(probes)
+    assert result["differing"] == 0, [level["differing"] for level in result["levels"]]
+    for level in result["levels"]:
+        assert level["errors"] == {} and level["requests"] > level["probe_answers"]
+        seen = [rows for answers in level["probe_batch_rows"].values() for rows in answers if rows is not None]
+        assert max(seen) > probe_rows, level
