@@ -16,6 +16,7 @@ enters.
 
 import pytest
 import torch
+from torch.nn import functional as F
 from hypothesis import example, given, settings, strategies as st
 
 from canvaslab.invariant import batch_invariant
@@ -178,3 +179,21 @@ def test_sort_is_stable_under_the_mode():
         values, indices = torch.sort(x, dim=-1)
     expected = torch.sort(x, dim=-1, stable=True)
     assert torch.equal(indices, expected.indices) and torch.equal(values, expected.values)
+
+
+def test_element_wise_ops_give_a_row_the_same_bits_whatever_the_tensor_around_it():
+    """Two threads split a (547, 32) GELU at element 8,752, inside row 273: that row took the scalar remainder
+    path in one thread and the vector path alone (different bits for tanh's approximation)."""
+    torch.manual_seed(0)
+    gate_up = torch.randn(547, 64)
+    gate = gate_up.chunk(2, dim=-1)[0]  # a strided view, as the experts' gate is
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with batch_invariant("cpu"):
+            together = F.gelu(gate, approximate="tanh")
+            alone = torch.cat([F.gelu(gate[i:i + 1], approximate="tanh") for i in range(gate.shape[0])])
+        assert torch.get_num_threads() == 2  # restored after the block
+    finally:
+        torch.set_num_threads(previous)
+    assert torch.equal(together, alone)

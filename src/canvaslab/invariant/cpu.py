@@ -6,11 +6,19 @@ also depends on the row's position inside the call (seen here for 7 of 300 rando
 M = 64), so fixed-size chunks are not enough for matrix products: each row is its own one-row product,
 the same call whatever the batch. Row-wise reductions have no such position effect (tested), so they
 run on fixed-size, zero-padded chunks of rows. Slower than one big call, and fine for CI-sized models.
+
+Element-wise ops need one more rule. PyTorch's CPU kernels compute a vectorized body and a scalar remainder,
+and for transcendental functions (GELU's tanh, exp, ...) the two can round differently. With several threads a
+tensor is split between them at ``ceil(numel / threads)``, so where the split falls, and with it which elements
+take the scalar path, depends on the batch: a row of 32 GELU inputs came out differently in a (547, 32) tensor
+than alone. On one thread the only remainder is the tensor's end, which the model's shapes (multiples of the
+vector width per row) never leave: ``one_thread`` holds the block to one intra-op thread.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+from typing import Callable, Iterator
 
 import torch
 
@@ -37,3 +45,14 @@ def row_op(op: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch
     rows = x.reshape(-1, x.shape[-1])
     out = _chunks(rows.contiguous(), op)
     return out.reshape(*x.shape[:-1], *out.shape[1:])
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block on one intra-op thread (see the module docstring); the previous count is restored."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

@@ -440,4 +440,5 @@ def batch_invariant(device: str | None = None):
             stack.enter_context(library_overrides("CUDA"))
         if device in (None, "cpu"):
             stack.enter_context(BatchInvariantMode())
+            stack.enter_context(cpu.one_thread())  # element-wise kernels split between threads by batch size
         yield
