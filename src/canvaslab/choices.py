@@ -40,7 +40,9 @@ SUITES = ("default", "mini")
 # The regimes each suite has: what the default regimes mean for it (mini has no code completion).
 SUITE_REGIMES = {"default": REGIMES, "mini": ("math", "code_synthesis", "factual", "open_ended", "json")}
 
-NOISE_DESIGNS = ("default", "small")  # default: 2,304 conditions (GPU); small: 12 (CPU tests)
+# Plan schema /2: default (2,304 conditions, GPU) and small (12, CPU tests). Plan schema /3 (first-pass outcomes):
+# pilot, confirmatory (sized from a finished pilot, --pilot DIR) and smoke (CPU tests).
+NOISE_DESIGNS = ("default", "small", "pilot", "confirmatory", "smoke")
 NOISE_BATCH_SIZE = 36  # rows of the safeguard's batched runs: one per prompt, seed and budget of the default design
 TOKENIZER_PRESETS = ("tiny", "real-shapes", "gemma3", "mini")  # the vocabulary scan's named tokenizers
 
@@ -188,6 +190,14 @@ def existing_writable_folder(option: str, value) -> Path:
     if not path.is_dir():
         raise CanvaslabError(f"{option} {path}: {'is not a folder' if path.exists() else 'does not exist'}")
     _check_can_create(option, path)
+    return path
+
+
+def existing_folder(option: str, value) -> Path:
+    """A folder that must already exist and is only read (e.g. a finished pilot study)."""
+    path = _path(option, value)
+    if not path.is_dir():
+        raise CanvaslabError(f"{option} {path}: {'is not a folder' if path.exists() else 'does not exist'}")
     return path
 
 

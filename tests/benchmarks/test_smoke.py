@@ -271,7 +271,34 @@ def smoke_serve_load(tmp_path, request):
         invariant["levels"][0])
 
 
+def smoke_whole_generations(tmp_path, request):
+    out = tmp_path / "whole.json"
+    python("whole_generations.py", "--model", "tiny", "--device", "cpu", "--prompt-lengths", "8,16", "--batch-sizes",
+           "1,2", "--modes", "invariant,stock", "--repeats", "1", "--steps", "2", "--out", str(out))
+    result = read(out, "environment", "config", "cells", "largest_batch")
+    cells = [(cell["prompt_length"], cell["batch_size"]) for cell in result["cells"]]
+    assert cells == [(8, 1), (8, 2), (16, 1), (16, 2)]
+    for cell in result["cells"]:
+        for mode in ("invariant", "stock"):
+            timed = cell["modes"][mode]
+            assert timed["calls"] == 1 and timed["passes"] == 2 and timed["peak_memory_gib"] is None
+            assert 0 < timed["time_to_first_canvas_s"] <= timed["latency_s"] and 0 <= timed["outside_passes_share"] < 1
+    assert result["largest_batch"] == {"invariant": {"8": 2, "16": 2}, "stock": {"8": 2, "16": 2}}
+
+
+def smoke_noise_wall_time(tmp_path, request):
+    plan = tmp_path / "plan"
+    run([sys.executable, "-m", "canvaslab.cli.main", "noise-study", "plan", "--model", "tiny", "--design", "smoke", "--out",
+         str(plan)])
+    out = tmp_path / "wall.json"
+    python("noise_wall_time.py", "--plan", str(plan), "--batch-size", "6", "--groups", "2", "--out", str(out))
+    result = read(out, "plan_sha256", "groups", "conditions", "seconds", "conditions_per_s", "environment")
+    assert result["groups"] == 2 and result["conditions"] == 12
+    assert all(seconds > 0 for seconds in result["seconds"].values())
+
+
 SMOKE = {
+    "noise_wall_time.py": smoke_noise_wall_time,
     "throughput.py": smoke_throughput,
     "needle.py": smoke_needle,
     "tracer_overhead.py": smoke_tracer_overhead,
@@ -288,6 +315,7 @@ SMOKE = {
     "mini_train_h200.py": smoke_mini_train_h200,
     "mini_h200_calls.sh": smoke_mini_h200_calls,
     "serve_load.py": smoke_serve_load,
+    "whole_generations.py": smoke_whole_generations,
 }
 
 

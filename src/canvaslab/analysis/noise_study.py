@@ -17,8 +17,26 @@ from typing import Any
 from canvaslab.analysis.tost import paired_equivalence
 
 
+def _mean_of_defined(values: list[float | None]) -> float | None:
+    defined = [value for value in values if value is not None]
+    return fmean(defined) if defined else None
+
+
+def first_pass_condition_outcomes(observation: dict[str, Any]) -> dict[str, float | None]:
+    """A /3 condition's outcomes, from its first pass (``observation["first_pass"]``)."""
+    measured = observation["first_pass"]
+    return {
+        "planted_logprob_boost": fmean(measured["boost"]),
+        "neighbour_kl": _mean_of_defined(measured["neighbour_kl"]),
+        "first_pass_keeps": fmean(float(p == t) for p, t in zip(observation["predictions"][0], observation["planted"])),
+        "first_entropy": fmean(observation["first_entropy"]),
+    }
+
+
 def condition_outcomes(observation: dict[str, Any], baseline: dict[str, Any], budget: int) -> dict[str, float]:
     """One condition's outcomes. ``observation``/``baseline``: ``Observation.to_record()`` dicts."""
+    if "first_pass" in observation:
+        return first_pass_condition_outcomes(observation)
     planted, positions, tokens = observation["planted"], observation["positions"], observation["tokens"]
     first_predictions = observation["predictions"][0]
     accept = [p if p is not None else budget + 1 for p in observation["first_accept_pass"]]
@@ -43,22 +61,90 @@ def matched_cells(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str
 
 
 def paired_differences(cells: dict[str, dict[str, dict[str, float]]], a: str, b: str, outcome: str) -> list[float]:
-    """``a - b`` for ``outcome`` in every cell where both classes have finished."""
-    return [cell[a][outcome] - cell[b][outcome] for cell in cells.values() if a in cell and b in cell]
+    """``a - b`` for ``outcome`` in every cell where both classes have finished (and the outcome is defined)."""
+    return [cell[a][outcome] - cell[b][outcome] for cell in cells.values()
+            if a in cell and b in cell and cell[a][outcome] is not None and cell[b][outcome] is not None]
 
 
-def noise_study_effects(records: list[dict[str, Any]], analysis: dict[str, Any],
-                        outcomes: list[str]) -> list[dict[str, Any]]:
-    """One entry per (comparison, outcome): the paired difference, its CI, TOST p-value and verdict."""
+def prompt_of(cell_id: str) -> str:
+    """The prompt id of a cell id ``<prompt>/s<seed>/b<budget>/n<count>/<position>`` (prompt ids may hold '/')."""
+    return cell_id.rsplit("/", 4)[0]
+
+
+def per_prompt_differences(cells: dict[str, dict[str, dict[str, float]]], a: str, b: str,
+                           outcome: str) -> dict[str, float]:
+    """Prompt -> the mean over its cells of ``a - b``: the unit of analysis of /3 plans."""
+    by_prompt: dict[str, list[float]] = defaultdict(list)
+    for cell_id, cell in cells.items():
+        if a in cell and b in cell and cell[a][outcome] is not None and cell[b][outcome] is not None:
+            by_prompt[prompt_of(cell_id)].append(cell[a][outcome] - cell[b][outcome])
+    return {prompt: fmean(values) for prompt, values in sorted(by_prompt.items())}
+
+
+def noise_study_effects(records: list[dict[str, Any]], analysis: dict[str, Any], outcomes: list[str],
+                        unit: str = "cell", min_units: int = 2) -> list[dict[str, Any]]:
+    """One entry per (comparison, outcome): the paired difference, its CI, TOST p-value and verdict.
+
+    ``unit``: ``cell`` (each matched cell is a pair; /1 and /2 plans) or ``prompt`` (each prompt's mean over its
+    cells is one pair; /3 plans), with ``min_units`` pairs needed for a test."""
     cells = matched_cells(records)
     effects = []
     for a, b in analysis["comparisons"]:
         for outcome in outcomes:
-            test = paired_equivalence(paired_differences(cells, a, b, outcome), analysis["margins"][outcome],
-                                      alpha=analysis["alpha"], ci_level=analysis["ci_level"])
-            effects.append({"comparison": f"{a} - {b}", "outcome": outcome,
-                            "primary": outcome == analysis["primary_outcome"], **test})
+            if unit == "prompt":
+                differences = list(per_prompt_differences(cells, a, b, outcome).values())
+            else:
+                differences = paired_differences(cells, a, b, outcome)
+            test = paired_equivalence(differences, analysis["margins"][outcome], alpha=analysis["alpha"],
+                                      ci_level=analysis["ci_level"])
+            if len(differences) < min_units:  # no interval from too few independent units
+                test.update(verdict="insufficient data", ci=None, p_lower=None, p_upper=None, tost_p=None,
+                            p_two_sided=None)
+            effect = {"comparison": f"{a} - {b}", "outcome": outcome,
+                      "primary": outcome == analysis["primary_outcome"], **test}
+            if unit != "cell":
+                effect["unit"] = unit
+            effects.append(effect)
     return effects
+
+
+FIRST_PASS_ANSWERS = {
+    "yes": "unused tokens were read less as content than both ordinary controls, as a mask symbol would be",
+    "no": "unused tokens were not read less as content than ordinary tokens",
+    "like rare tokens": "unused tokens differed from random ordinary tokens but not from rare ones: their "
+                        "frequency, not a mask role, sets them apart",
+    "between the controls": "unused tokens differed from both controls in opposite directions",
+    "inconclusive": "the primary outcome's comparisons did not all reach a verdict",
+}
+
+
+def _direction(effect: dict[str, Any]) -> str:
+    """``lower``/``higher`` (different, by sign), ``equivalent``, or ``undecided``."""
+    if effect["verdict"] == "equivalent":
+        return "equivalent"
+    if effect["verdict"] == "different":
+        return "lower" if effect["mean_difference"] < 0 else "higher"
+    return "undecided"
+
+
+def first_pass_conclusion(effects: list[dict[str, Any]], primary_outcome: str) -> dict[str, Any]:
+    """The /3 decision table (first_pass.DECISION_RULE) on the primary outcome's two comparisons."""
+    primary = {e["comparison"]: e for e in effects if e["outcome"] == primary_outcome}
+    random_, rare = (_direction(primary[name]) if name in primary else "undecided"
+                     for name in ("unused - random", "unused - rare"))
+    if "undecided" in (random_, rare):
+        answer = "inconclusive"
+    elif "higher" in (random_, rare):
+        answer = "between the controls" if {random_, rare} == {"higher", "lower"} else "no"
+    elif (random_, rare) == ("lower", "lower"):
+        answer = "yes"
+    elif (random_, rare) == ("lower", "equivalent"):
+        answer = "like rare tokens"
+    else:  # equivalent to both, or equivalent to random and lower than rare
+        answer = "no"
+    return {"answer": answer, "primary_outcome": primary_outcome,
+            "verdicts": {name: e["verdict"] for name, e in primary.items()},
+            "directions": {"unused - random": random_, "unused - rare": rare}, "text": FIRST_PASS_ANSWERS[answer]}
 
 
 def class_means(records: list[dict[str, Any]], outcomes: list[str]) -> dict[str, dict[str, Any]]:

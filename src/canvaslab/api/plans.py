@@ -278,6 +278,8 @@ class NoiseStudy(_Plan):
     design: str = "default"
     margin: Optional[float] = None
     token_counts: Optional[Folder] = None
+    suite: str = "mini"
+    pilot: Optional[Folder] = None
     seed: int = 0
     layers: Optional[int] = None
     model_seed: int = 0
@@ -294,6 +296,11 @@ class NoiseStudy(_Plan):
             choices.positive_number("--margin", self.margin)
         if self.token_counts is not None:
             choices.readable_file("--token-counts", self.token_counts, (".npy",))
+        choices.one_of("--suite", self.suite, choices.SUITES)
+        if (self.design == "confirmatory") != (self.pilot is not None):
+            raise CanvaslabError("--pilot DIR (a finished pilot) is needed by --design confirmatory, and only by it")
+        if self.pilot is not None:
+            choices.existing_folder("--pilot", self.pilot)
         choices.whole_number("--seed", self.seed, 0, choices.MAX_SEED)
         choices.whole_number("--batch-size", self.batch_size, 1)
         choices.one_of("--mode", self.mode, choices.MODES)
@@ -309,8 +316,10 @@ class NoiseStudy(_Plan):
 
         plan, digest = register_plan(out, self.model, design=self.design, margin=self.margin,
                                      token_counts=self.token_counts, seed=self.seed, layers=self.layers,
-                                     model_seed=self.model_seed, replace=replace)
-        return Registration(digest, plan.factors.n_conditions, plan.token_pools.rare_source["kind"], out.resolve())
+                                     model_seed=self.model_seed, replace=replace, suite=self.suite,
+                                     pilot=self.pilot, device=self.device, dtype=self.dtype)
+        return Registration(digest, plan.factors.n_conditions, plan.token_pools.rare_source["kind"], out.resolve(),
+                            _first_pass_lines(plan))
 
     @classmethod
     def run_registered(cls, folder: Folder, *, device: str = "cpu", dtype: str = "auto",
@@ -350,3 +359,23 @@ class Registration:
     conditions: int
     rare_control: str
     folder: Path
+    first_pass_lines: tuple[str, ...] = ()  # /3 plans: prompts, content positions, power
+
+
+def _first_pass_lines(plan) -> tuple[str, ...]:
+    design = plan.first_pass
+    if design is None:
+        return ()
+    shares = list(design.baseline_special_share.values())
+    lines = [f"{len(plan.factors.prompts)} prompts from suite {design.suite!r} ({design.split}), "
+             f"{'with' if design.chat_template else 'without'} the chat template; {len(design.excluded_prompts)} "
+             "left out for too few content positions",
+             f"the no-plant first pass predicts a special or unused token at {sum(shares) / len(shares):.0%} of canvas "
+             "positions (mean over prompts and seeds); plants go only where it predicts content"]
+    if design.power is not None:
+        power = design.power
+        lines.append(f"sized from the pilot: planning sd {power['planning_sd']:.3f} nats, {power['prompts_needed']} "
+                     f"prompts needed, {power['prompts_planned']} planned: TOST power "
+                     f"{power['tost_power_per_comparison']:.2f} per comparison, joint >= "
+                     f"{power['joint_power_lower_bound']:.2f}")
+    return tuple(lines)

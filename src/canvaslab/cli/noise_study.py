@@ -17,7 +17,7 @@ from canvaslab.cli.app import app
 noise_app = typer.Typer(help="The unused-token noise study: register a plan, then run it.", no_args_is_help=True)
 app.add_typer(noise_app, name="noise-study")
 
-from canvaslab.choices import NOISE_BATCH_SIZE
+from canvaslab.choices import NOISE_BATCH_SIZE, SUITES
 from canvaslab.choices import NOISE_DESIGNS as DESIGNS
 
 
@@ -26,10 +26,20 @@ def plan_command(
     model: options.Model = "tiny",
     out: Annotated[Path, typer.Option("--out", help="folder for plan.json and plan.sha256; the run writes there too",
                                       callback=options.writable_folder)] = ...,
-    design: Annotated[str, typer.Option("--design", help="default: 2,304 conditions (GPU); small: 12 (CPU tests)",
+    design: Annotated[str, typer.Option("--design", help="schema /3 (first-pass outcomes): pilot, confirmatory "
+                                        "(sized from --pilot), smoke (CPU tests); schema /2: default (2,304 "
+                                        "conditions, GPU), small (CPU tests)",
                                         callback=options.one_of(DESIGNS))] = "default",
-    margin: Annotated[Optional[float], typer.Option("--margin", help="equivalence margin of the primary outcome (0.05)",
+    margin: Annotated[Optional[float], typer.Option("--margin", help="equivalence margin of the primary outcome "
+                                                    "(/3: 0.25 nats; /2: 0.05)",
                                                     callback=options.positive_number)] = None,
+    suite: Annotated[str, typer.Option("--suite", help="/3 designs: the probe suite the prompts come from",
+                                       callback=options.one_of(SUITES))] = "mini",
+    pilot: Annotated[Optional[Path], typer.Option("--pilot", help="--design confirmatory: the finished pilot's "
+                                                  "folder, whose variance sizes the design",
+                                                  callback=options.existing_folder)] = None,
+    device: options.Device = "cpu",
+    dtype: options.Dtype = "auto",
     token_counts: Annotated[Optional[Path], typer.Option(
         "--token-counts", help="token_counts.npy of `canvaslab vocab-scan --corpus`: the rare control's least "
                                "frequent tokens", callback=options.readable_file((".npy",)))] = None,
@@ -37,17 +47,20 @@ def plan_command(
     layers: options.Layers = None,
     model_seed: options.ModelSeed = 0,
 ) -> None:
-    """Register the design: factors, outcomes, analysis, margins, decision rule; prints its hash."""
+    """Register the design: factors, outcomes, analysis, margins, decision rule; prints its hash. The /3 designs
+    run the model's first pass once per prompt and seed (on --device) to find where it writes content."""
     from rich.console import Console
 
     from canvaslab.api import NoiseStudy
 
-    plan = NoiseStudy(model=model, design=design, margin=margin, token_counts=token_counts, seed=seed,
-                      layers=layers, model_seed=model_seed)
+    plan = NoiseStudy(model=model, design=design, margin=margin, token_counts=token_counts, suite=suite, pilot=pilot,
+                      seed=seed, layers=layers, model_seed=model_seed, device=device, dtype=dtype)
     registration = plan.register(out)
     console = Console()
     console.print(f"{registration.conditions} conditions ({design}); rare-token control: "
                   f"{registration.rare_control}", highlight=False)
+    for line in registration.first_pass_lines:
+        console.print(line, highlight=False)
     console.print(f"wrote {out / 'plan.json'}", highlight=False)
     console.print(f"plan sha256 {registration.sha256}", highlight=False)
 

@@ -85,6 +85,11 @@ def existing_writable_folder(ctx, param, value):
     return choices.existing_writable_folder(option_name(param), value)
 
 
+def existing_folder(ctx, param, value):
+    """A folder that must already exist and is only read."""
+    return value if value is None else choices.existing_folder(option_name(param), value)
+
+
 def writable_file(ctx, param, value):
     """An output file: not a folder, and its folder exists or can be created."""
     return value if value is None else choices.writable_file(option_name(param), value)

@@ -22,10 +22,15 @@ def _ci(effect: dict[str, Any]) -> str:
     return "-" if ci is None else f"[{_number(ci[0])}, {_number(ci[1])}]"
 
 
-def _safeguard_caption(safeguard: dict[str, Any]) -> str:
+def _safeguard_caption(safeguard: dict[str, Any], analysed: str | None) -> str:
     fields = ", ".join(f"{name} {count}" for name, count in safeguard["by_field"].items())
-    return (f"batch safeguard: fired for {safeguard['fired']}/{safeguard['compared']} conditions ({fields}); "
-            f"{safeguard['outcome_fields_changed']} with a changed token, stop, acceptance or prediction")
+    changed = "token, stop, acceptance, prediction or first-pass measure" if "first_pass" in safeguard["by_field"] \
+        else "token, stop, acceptance or prediction"
+    # /3 reports say which run was analysed: the batched rows (invariant mode) or each condition alone
+    checked = "" if analysed is None else (f" (analysed: each condition's {'batched row' if analysed == 'batched' else 'run alone'}; "
+                                           f"checked against its {'run alone' if analysed == 'batched' else 'batched rows'})")
+    return (f"batch safeguard{checked}: fired for {safeguard['fired']}/{safeguard['compared']} conditions ({fields}); "
+            f"{safeguard['outcome_fields_changed']} with a changed {changed}")
 
 
 def _row(effect: dict[str, Any]) -> list[str]:
@@ -41,7 +46,7 @@ def noise_study_table(report: dict[str, Any]) -> Table:
         f"{report['conditions_total']} conditions; unused tokens act as masks? "
         # the decision rule is for the whole design: a partial run's answer is provisional
         f"{conclusion['answer']}{'' if report['complete'] else ' (interim, design incomplete)'}")))
-    columns = ("comparison", "outcome", "pairs", "mean diff", f"{report['effects'][0]['ci_level']:.0%} CI", "margin",
+    columns = ("comparison", "outcome", "prompts" if report.get("unit") == "prompt" else "pairs", "mean diff", f"{report['effects'][0]['ci_level']:.0%} CI", "margin",
                "TOST p", "verdict")
     rows = [_row(effect) for effect in report["effects"]]
     for index, name in enumerate(columns):
@@ -49,5 +54,6 @@ def noise_study_table(report: dict[str, Any]) -> Table:
         table.add_column(name, min_width=max(len(cell) for cell in [name, *(row[index] for row in rows)]))
     for row in rows:
         table.add_row(*map(plain, row))
-    table.caption = plain(printable(f"* primary outcome. {_safeguard_caption(report['safeguard'])}"))
+    table.caption = plain(printable(f"* primary outcome. "
+                                    f"{_safeguard_caption(report['safeguard'], report.get('analysed_run'))}"))
     return table

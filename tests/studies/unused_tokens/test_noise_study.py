@@ -236,7 +236,10 @@ def test_safeguard_is_silent_on_identical_rows_and_names_each_changed_field():
     assert differing_fields(_observation(), [_observation(), _observation(first_entropy=[5.500001])]) == ["entropy"]
     changed = _observation(accepted=[[True], [True]], predictions=[[9], [9]], tokens=[9, 9, 0])
     assert differing_fields(_observation(), [changed]) == ["tokens", "accept_passes", "predictions"]
-    assert list(FIELDS) == ["tokens", "stop", "accept_passes", "predictions", "entropy", "logits"]
+    assert list(FIELDS) == ["tokens", "stop", "accept_passes", "predictions", "entropy", "logits", "first_pass"]
+    measured = {"boost": [0.5], "neighbour_kl": [0.01]}
+    assert differing_fields(_observation(first_pass=measured),
+                            [_observation(first_pass={"boost": [0.5], "neighbour_kl": [0.0100001]})]) == ["first_pass"]
 
 
 # ------------------------------------------------------------------------------------------- running

@@ -49,6 +49,54 @@ def _forest(study: NoiseStudy, figs: figures.FigureSet, name: str) -> str:
         return figs.save(fig, name, "forest plot of paired effects against the equivalence margin")
 
 
+def _per_prompt_strip(study: NoiseStudy, figs: figures.FigureSet, name: str) -> str:
+    """/3 reports: each prompt's mean difference on the primary outcome, per comparison, against the margin."""
+    report = study.report
+    per_prompt = {k: v for k, v in (report.get("per_prompt") or {}).items() if isinstance(v, dict) and v}
+    primary = next((e for e in report.get("effects", []) if e.get("primary")), None)
+    if not per_prompt or primary is None:
+        return ""
+    margin = primary["margin"]
+    with figures.style():
+        fig, ax = figures.plt.subplots(figsize=(6.4, 0.9 + 0.5 * len(per_prompt)), constrained_layout=True)
+        ax.axvspan(-margin, margin, color=figures.OKABE_ITO[4], alpha=0.25, label=f"equivalence margin ±{margin:g}")
+        ax.axvline(0, color="grey", linewidth=0.8)
+        for row, (comparison, values) in enumerate(per_prompt.items()):
+            points = [float(v) for v in values.values() if isinstance(v, (int, float))]
+            # a deterministic jitter: the same page for the same report
+            jitter = [row + 0.25 * (((i * 0.618034) % 1) - 0.5) for i in range(len(points))]
+            ax.scatter(points, jitter, s=9, alpha=0.6, color=figures.OKABE_ITO[5], linewidths=0)
+        ax.set_yticks(range(len(per_prompt)), list(per_prompt), fontsize=7)
+        ax.set_ylim(len(per_prompt) - 0.5, -0.5)
+        ax.set_xlabel(f"{primary['outcome']}: per-prompt mean difference, unused − control")
+        ax.legend(fontsize=6, frameon=False, loc="upper right")
+        ax.set_title(f"One point per prompt ({report.get('prompts', '-')} prompts, the unit of analysis)", fontsize=8,
+                     loc="left")
+        return figs.save(fig, name, "per-prompt differences of the primary outcome against the margin")
+
+
+def _first_pass_rows(report: dict[str, Any]) -> list[tuple[str, Any]]:
+    """/3 reports: which run was analysed, the unit, the prompts' format, where the model writes, the power."""
+    design = report.get("first_pass")
+    if not isinstance(design, dict):
+        return []
+    analysed = {"batched": "each condition's row of a batched run (checked against the condition alone)",
+                "alone": "each condition alone (checked against its batched rows)"}
+    rows = [("analysed run", analysed.get(report.get("analysed_run"), "-")),
+            ("unit of analysis", f"the prompt ({report.get('prompts', '-')} prompts)"),
+            ("prompts", f"suite {design.get('suite', '-')} ({design.get('split', '-')}), "
+                        f"{'with' if design.get('chat_template') else 'without'} the chat template; "
+                        f"{design.get('excluded_prompts', '-')} left out for too few content positions"),
+            ("no-plant first pass: special or unused", f"{number(design.get('no_plant_special_share'))} of canvas "
+                                                       "positions (plants go only where it predicts content)")]
+    power = design.get("power")
+    if isinstance(power, dict):
+        rows.append(("planned power", f"{power.get('prompts_planned', '-')} prompts ({power.get('prompts_needed', '-')} "
+                                      f"needed at planning sd {number(power.get('planning_sd'))}): TOST power "
+                                      f"{number(power.get('tost_power_per_comparison'))} per comparison"))
+    return rows
+
+
 def verdict_rows(report: dict[str, Any]) -> list[list[str]]:
     rows = []
     for e in report.get("effects", []):
@@ -72,9 +120,11 @@ def noise_column(study: NoiseStudy, key: str, title: str, figs: figures.FigureSe
                                           f"(batch rows {safeguard.get('batch_rows', '-')})"),
                 ("safeguard by field", ", ".join(f"{k} {v}" for k, v in (safeguard.get("by_field") or {}).items()) or "-"),
                 ("with a changed outcome field", safeguard.get("outcome_fields_changed", "-")),
+                *_first_pass_rows(report),
             ], cls="data kv"),
             _forest(study, figs, f"{key}-forest"),
+            _per_prompt_strip(study, figs, f"{key}-per-prompt"),
             "<h4>TOST verdicts (* primary outcome)</h4>",
-            '<div class="scroll">' + table(("comparison", "outcome", "pairs", "mean diff", "95% CI", "margin", "TOST p",
+            '<div class="scroll">' + table(("comparison", "outcome", "prompts" if report.get("unit") == "prompt" else "pairs", "mean diff", "95% CI", "margin", "TOST p",
                                             "verdict"), verdict_rows(report)) + "</div>"]
     return column(title, study.environment, "".join(body), str(study.source))

@@ -19,6 +19,7 @@ PLAN_FILE = "plan.json"
 HASH_FILE = "plan.sha256"
 MAX_EFFECTS = 4_096  # a real study reports 12 (2 comparisons x 6 outcomes); each is a row of the forest plot
 HASH_LIMIT = 64 * 1024
+MAX_PROMPT_POINTS = 20_000  # a /3 report has one per prompt and comparison: a few hundred
 
 
 @dataclass
@@ -44,6 +45,10 @@ def find(folder: Path) -> Path | None:
 def read(folder: Path) -> NoiseStudy:
     report = read_json(folder / FILE, max_bytes=RESULT_LIMIT)
     too_many(folder / FILE, "effects", len(report.get("effects", [])), MAX_EFFECTS)
+    per_prompt = report.get("per_prompt") or {}
+    if isinstance(per_prompt, dict):  # /3 reports: one point per prompt and comparison in the strip plot
+        too_many(folder / FILE, "per-prompt differences",
+                 sum(len(v) for v in per_prompt.values() if isinstance(v, dict)), MAX_PROMPT_POINTS)
     plan = read_json(folder / PLAN_FILE, max_bytes=RESULT_LIMIT) if os.path.lexists(folder / PLAN_FILE) else None
     registered = (read_text(folder / HASH_FILE, max_bytes=HASH_LIMIT).split() or [None])[0] \
         if os.path.lexists(folder / HASH_FILE) else None

@@ -25,8 +25,9 @@ FIELDS: dict[str, Callable[[Observation], Any]] = {
     "predictions": lambda o: o.predictions,
     "entropy": lambda o: o.first_entropy,
     "logits": lambda o: o.logits_digests,
+    "first_pass": lambda o: o.first_pass,  # /3 plans' outcomes (None in /1 and /2 runs)
 }
-OUTCOME_FIELDS = ("tokens", "stop", "accept_passes", "predictions")
+OUTCOME_FIELDS = ("tokens", "stop", "accept_passes", "predictions", "first_pass")
 
 
 def differing_fields(single: Observation, batched: Iterable[Observation]) -> list[str]:
@@ -41,8 +42,10 @@ def safeguard_entry(single: Observation, batched: list[Observation], batch_rows:
     return {"batch_rows": batch_rows, "copies": len(batched), "fired": bool(fields), "fields": fields}
 
 
-def summarize_safeguard(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts over the conditions' results lines: how many fired, per field, and which."""
+def summarize_safeguard(records: list[dict[str, Any]], compared: Iterable[str] | None = None) -> dict[str, Any]:
+    """Counts over the conditions' results lines: how many fired, per field (the plan's ``compared`` fields;
+    default: those of /1 and /2 plans), and which."""
+    fields = [field for field in FIELDS if field in set(compared or FIELDS) and (compared or field != "first_pass")]
     entries = [(r["condition_id"], r["safeguard"]) for r in records]
     fired = [cid for cid, entry in entries if entry["fired"]]
     by_field = Counter(field for _, entry in entries for field in entry["fields"])
@@ -50,7 +53,7 @@ def summarize_safeguard(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "compared": len(entries),
         "fired": len(fired),
-        "by_field": {field: by_field.get(field, 0) for field in FIELDS},
+        "by_field": {field: by_field.get(field, 0) for field in fields},
         "outcome_fields_changed": len(outcome_changed),
         "fired_conditions": fired,
         "batch_rows": sorted({entry["batch_rows"] for _, entry in entries}),

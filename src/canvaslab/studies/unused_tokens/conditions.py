@@ -25,7 +25,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.generation.row_randomness import RowRandomness
 from canvaslab.studies.unused_tokens.plan import NoisePlan, PlannedPrompt
 
-POSITIONS = ("early", "middle", "late", "spread")
+POSITIONS = ("early", "middle", "late", "spread", "content")
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,12 @@ def enumerate_conditions(plan: NoisePlan) -> list[Condition]:
     for prompt, seed, budget, count, position in grid:
         base_id = f"{prompt.prompt_id}/s{seed}/b{budget}"
         cell_id = f"{base_id}/n{count}/{position}"
-        positions = planted_positions(position, count, canvas, design_rng(plan.seed, cell_id))
+        rng = design_rng(plan.seed, cell_id)
+        if position == "content":  # /3 plans: drawn among the content positions the plan lists for this base
+            where = plan.first_pass.content_positions[f"{prompt.prompt_id}/s{seed}"]
+            positions = tuple(sorted(int(p) for p in rng.choice(where, size=count, replace=False)))
+        else:
+            positions = planted_positions(position, count, canvas, rng)
         for token_class in factors.token_classes:
             condition_id = f"{cell_id}/{token_class}"
             drawn = design_rng(plan.seed, condition_id).choice(pools[token_class], size=count, replace=True)

@@ -26,6 +26,7 @@ Nothing in it depends on when the run was interrupted, nor on which executor ran
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import asdict
 from itertools import groupby
 from pathlib import Path
@@ -34,17 +35,20 @@ from typing import Any, Callable
 import torch
 
 from canvaslab.choices import NOISE_BATCH_SIZE
-from canvaslab.analysis.noise_study import class_means, conclusion, condition_outcomes, noise_study_effects
+from canvaslab.analysis.noise_study import (class_means, conclusion, condition_outcomes, first_pass_conclusion,
+                                            matched_cells, noise_study_effects, per_prompt_differences, prompt_of)
 from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
 from canvaslab.invariant import generation_mode, replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import LoadedModel, load_model
+from canvaslab.scoring.prompting import encode_prompt
 from canvaslab.studies.engine import Study, run_study, write_stored_views
 from canvaslab.studies.engine.plan import registered_plan, start_fresh
 from canvaslab.studies.unused_tokens.batch_safeguard import safeguard_entry, summarize_safeguard
 from canvaslab.studies.unused_tokens.conditions import Condition, base_noise, enumerate_conditions
+from canvaslab.studies.unused_tokens.first_pass import MIN_PROMPTS, FirstPassCapture
 from canvaslab.studies.unused_tokens.plan import HASH_FILE, PLAN_FILE, NoisePlan, load_plan, plan_deviations
 from canvaslab.studies.unused_tokens.planted_observer import Observation, PlantedPositionObserver
 from canvaslab.studies.unused_tokens.vocab_scan import find_unused_tokens
@@ -62,13 +66,20 @@ def load_plan_model(plan: NoisePlan, *, device: str = "cpu", dtype: str = "auto"
     return load_model(plan.model.spec, dtype=dtype, device=device, layers=plan.model.layers, seed=plan.model.model_seed)
 
 
+def _encoded(loaded: LoadedModel, plan: NoisePlan, text: str) -> list[int]:
+    """A prompt's ids as the plan encoded them: /3 plans through the chat template where there is one."""
+    if plan.first_pass is not None:
+        return encode_prompt(loaded.tokenizer, text)
+    return list(loaded.tokenizer(text)["input_ids"])
+
+
 def check_model_matches_plan(loaded: LoadedModel, plan: NoisePlan) -> None:
     """Refuse a model whose vocabulary, canvas, prompts' ids or generation defaults are not the plan's."""
     found = {
         "vocab_size": loaded.vocab_size,
         "canvas_length": loaded.model.config.canvas_length,
         "unused id blocks": [list(b) for b in find_unused_tokens(loaded.tokenizer).blocks],
-        "prompt token ids": [list(loaded.tokenizer(p.text)["input_ids"]) for p in plan.factors.prompts],
+        "prompt token ids": [_encoded(loaded, plan, p.text) for p in plan.factors.prompts],
         "generation defaults": loaded.generation_defaults,
     }
     planned = {
@@ -103,17 +114,28 @@ class _RowRunner:
         return base_noise(condition.seed, condition.stream, self.plan.model.canvas_length,
                           self.plan.model.vocab_size, self.loaded.device)
 
-    def __call__(self, rows: list[Condition], plant: bool = True) -> list[Observation]:
+    def __call__(self, rows: list[Condition], plant: bool = True, reference: torch.Tensor | None = None,
+                 capture: FirstPassCapture | None = None) -> list[Observation]:
+        """``reference``: the group's no-plant first-pass log-probabilities (/3 plans); ``capture`` keeps this
+        run's (row 0's) first-pass log-probabilities."""
         first, noise = rows[0], self._noise(rows[0])
         canvases = torch.stack([row.plant(noise) if plant else noise for row in rows])
-        observer = PlantedPositionObserver([row.positions if plant else () for row in rows])
+        radius = self.plan.first_pass.neighbour_radius if self.plan.first_pass else 0
+        observer = PlantedPositionObserver([row.positions if plant else () for row in rows],
+                                           [row.tokens if plant else () for row in rows], reference, radius)
         planned = self.plan.generation
         output = generate(self.loaded, [first.prompt.token_ids] * len(rows), seed=first.seed, rng=planned["rng"],
-                          requests=[row.stream for row in rows], observers=[observer], mode=self.mode,
-                          generation={"max_denoising_steps": first.budget, "max_new_tokens": planned["max_new_tokens"]},
-                          copy_prompt_cache=planned["copy_prompt_cache"], initial_canvas=canvases)
+                          requests=[row.stream for row in rows], observers=[observer, *([capture] if capture else [])],
+                          mode=self.mode, copy_prompt_cache=planned["copy_prompt_cache"], initial_canvas=canvases,
+                          generation={"max_denoising_steps": first.budget, "max_new_tokens": planned["max_new_tokens"]})
         return [observer.observation(i, row.tokens if plant else (), result)
                 for i, (row, result) in enumerate(zip(rows, output.rows))]
+
+    def baseline(self, member: Condition) -> tuple[dict, torch.Tensor | None]:
+        """The group's no-plant run: its record, and its first-pass log-probabilities where the plan needs them."""
+        capture = FirstPassCapture() if self.plan.first_pass else None
+        observation = self([member], plant=False, capture=capture)[0]
+        return {"observation": observation.to_record()}, None if capture is None else capture.logprobs[0]
 
 
 def planned_batches(conditions: list[Condition], batch_size: int) -> list[list[Condition]]:
@@ -129,24 +151,31 @@ def planned_batches(conditions: list[Condition], batch_size: int) -> list[list[C
     return batches
 
 
-def _condition_record(condition: Condition, single: Observation, copies: list[Observation], batch_rows: int,
+def analysed_run(mode: str) -> str:
+    """Which run of a condition is analysed: in invariant mode its batched row (the alone run checks it: they
+    must be equal bit for bit), otherwise the condition alone (the batched rows check it)."""
+    return "batched" if mode == "invariant" else "alone"
+
+
+def _condition_record(condition: Condition, alone: Observation, copies: list[Observation], batch_rows: int,
                       baseline: dict, plan_hash: str, execution: dict) -> dict:
-    observed = single.to_record()
+    analysed = copies[0] if analysed_run(execution["mode"]) == "batched" else alone
+    observed = analysed.to_record()
     return {
         "kind": "condition", "plan_hash": plan_hash, "condition_id": condition.condition_id,
         "cell_id": condition.cell_id, "base_id": condition.base_id, "token_class": condition.token_class,
         "execution": execution, "observation": observed,
         "outcomes": condition_outcomes(observed, baseline["observation"], condition.budget),
-        "safeguard": safeguard_entry(single, copies, batch_rows),
+        "safeguard": safeguard_entry(alone, copies, batch_rows),
     }
 
 
-def _run_batch(run: _RowRunner, batch: list[Condition], todo: list[Condition], baseline: dict, plan_hash: str,
-               execution: dict) -> list[dict]:
+def _run_batch(run: _RowRunner, batch: list[Condition], todo: list[Condition], baseline: dict,
+               reference: torch.Tensor | None, plan_hash: str, execution: dict) -> list[dict]:
     """Records for the ``todo`` conditions of ``batch``: each alone, and the whole batch as one batched run."""
-    singles = [run([condition])[0] for condition in todo]
+    singles = [run([condition], reference=reference)[0] for condition in todo]
     rows = batch if len(batch) > 1 else batch * 2
-    batched = run(rows)
+    batched = run(rows, reference=reference)
     return [_condition_record(condition, single, [obs for row, obs in zip(rows, batched) if row is condition],
                               len(rows), baseline, plan_hash, execution)
             for condition, single in zip(todo, singles)]
@@ -169,6 +198,8 @@ def _report(plan: NoisePlan, plan_hash: str, records: list[dict], planned: list[
             environment: dict | None, execution: dict) -> dict[str, Any]:
     conditions = finished_conditions(records, planned)
     outcomes = [o["name"] for o in plan.outcomes]
+    if plan.first_pass is not None:
+        return _first_pass_report(plan, plan_hash, conditions, planned, environment, execution, outcomes)
     effects = noise_study_effects(conditions, asdict(plan.analysis), outcomes)
     return {
         "study": "unused_tokens_noise",
@@ -186,6 +217,32 @@ def _report(plan: NoisePlan, plan_hash: str, records: list[dict], planned: list[
         "safeguard": summarize_safeguard(conditions),
         "deviations_from_plan": plan_deviations(plan),
         "environment": environment,
+    }
+
+
+def _first_pass_report(plan: NoisePlan, plan_hash: str, conditions: list[dict], planned: list[Condition],
+                       environment: dict | None, execution: dict, outcomes: list[str]) -> dict[str, Any]:
+    """A /3 plan's report: effects over prompts, the decision table, the safeguard of this run's mode."""
+    analysis = asdict(plan.analysis)
+    effects = noise_study_effects(conditions, analysis, outcomes, unit="prompt", min_units=MIN_PROMPTS)
+    cells = matched_cells(conditions)
+    primary = analysis["primary_outcome"]
+    shares = list(plan.first_pass.baseline_special_share.values())
+    return {
+        "study": "unused_tokens_noise", "plan_hash": plan_hash, "plan_file": PLAN_FILE, "schema": plan.schema,
+        "question": plan.question, "design": plan.design, "conditions_total": len(planned),
+        "conditions_run": len(conditions), "complete": len(conditions) == len(planned),
+        "execution": dict(sorted(execution.items())), "analysed_run": analysed_run(execution["mode"]),
+        "unit": "prompt", "prompts": len({prompt_of(cell) for cell in cells}),
+        "class_means": class_means(conditions, outcomes), "effects": effects,
+        "per_prompt": {f"{a} - {b}": per_prompt_differences(cells, a, b, primary) for a, b in analysis["comparisons"]},
+        "conclusion": first_pass_conclusion(effects, primary),
+        "safeguard": summarize_safeguard(conditions, plan.safeguard["compared"]),
+        "first_pass": {"suite": plan.first_pass.suite, "split": plan.first_pass.split,
+                       "chat_template": plan.first_pass.chat_template,
+                       "no_plant_special_share": sum(shares) / len(shares) if shares else None,
+                       "excluded_prompts": len(plan.first_pass.excluded_prompts), "power": plan.first_pass.power},
+        "deviations_from_plan": plan_deviations(plan), "environment": environment,
     }
 
 
@@ -231,11 +288,11 @@ class NoiseStudy(Study):
     def run_group(self, run: _RowRunner, group: list[str], todo: list[str]):
         """The group's baseline once, then each planned safeguard batch holding a ``todo`` condition."""
         members = [c for c in self.conditions() if c.condition_id in set(group)]
-        baseline = {"observation": run([members[0]], plant=False)[0].to_record()}
+        baseline, reference = run.baseline(members[0])
         for batch in planned_batches(members, self.execution["batch_size"]):
             pending = [condition for condition in batch if condition.condition_id in todo]
             if pending:
-                for record in _run_batch(run, batch, pending, baseline, self.plan_hash, self.execution):
+                for record in _run_batch(run, batch, pending, baseline, reference, self.plan_hash, self.execution):
                     yield record["condition_id"], record
 
     def write_views(self, folder, records, workers) -> dict[str, Any]:
@@ -316,3 +373,36 @@ def _dtype_name(plan: NoisePlan, dtype: str) -> str:
     if preset is None:
         raise CanvaslabError("--executor ray needs --dtype for a model that is not a preset")
     return str(preset.default_dtype).removeprefix("torch.")
+
+
+def _synchronize(loaded: LoadedModel) -> None:
+    if loaded.device.type == "cuda":
+        torch.cuda.synchronize(loaded.device)
+
+
+def time_arms(plan_dir: str | Path, loaded: LoadedModel, *, batch_size: int = NOISE_BATCH_SIZE,
+              groups: int | None = None) -> dict[str, Any]:
+    """Wall time of a registered plan's conditions two ways, nothing stored: every condition as a row of its
+    planned batches in invariant mode (how ``run --mode invariant`` gets its analysed results) against every
+    condition alone in stock mode (the seeds' remedy: one sample at a time). The arms alternate group by group
+    (a prompt and seed), so drift in the machine's speed falls on both; each group's no-plant baseline is run
+    outside the timing. ``groups`` caps the groups timed (the first ones, in plan order)."""
+    plan, _ = load_plan(plan_dir)
+    check_model_matches_plan(loaded, plan)
+    chosen = [list(members) for _, members in groupby(enumerate_conditions(plan), key=lambda c: c.base_id)][:groups]
+    seconds = {"batched_invariant": 0.0, "alone_stock": 0.0}
+    for members in chosen:
+        for arm, mode in (("batched_invariant", "invariant"), ("alone_stock", "stock")):
+            run = _RowRunner(loaded, plan, mode)
+            _, reference = run.baseline(members[0])
+            _synchronize(loaded)
+            started = time.perf_counter()
+            for rows in (planned_batches(members, batch_size) if mode == "invariant" else [[c] for c in members]):
+                run(rows, reference=reference)
+            _synchronize(loaded)
+            seconds[arm] += time.perf_counter() - started
+    conditions = sum(len(members) for members in chosen)
+    return {"groups": len(chosen), "conditions": conditions, "batch_size": batch_size, "seconds": seconds,
+            "conditions_per_s": {arm: conditions / value if value else None for arm, value in seconds.items()},
+            "speedup_batched_invariant": seconds["alone_stock"] / seconds["batched_invariant"]
+            if seconds["batched_invariant"] else None}

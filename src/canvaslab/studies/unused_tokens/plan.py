@@ -28,6 +28,8 @@ from transformers import PreTrainedTokenizerBase
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import MiB, NotRegularFile, read_bytes, read_json, write_text_atomic
 from canvaslab.prompts import builtin_prompts
+from canvaslab.studies.unused_tokens.first_pass import DESIGNS as FIRST_PASS_DESIGNS
+from canvaslab.studies.unused_tokens.first_pass import FirstPassDesign
 from canvaslab.studies.unused_tokens.model_facts import ModelFacts
 from canvaslab.studies.unused_tokens.plan_schema import PLAN_SCHEMA
 from canvaslab.studies.unused_tokens.token_pools import TOKEN_CLASSES, TokenPools
@@ -183,15 +185,23 @@ class NoisePlan:
     outcomes: list[dict[str, str]]
     analysis: Analysis
     safeguard: dict[str, Any]
+    # plans of schema /3 only (studies.unused_tokens.first_pass); absent from the JSON of /1 and /2 plans, so
+    # their hashes are what they were
+    first_pass: FirstPassDesign | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["first_pass"] is None:
+            del data["first_pass"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NoisePlan":
         factors = dict(data["factors"], prompts=[PlannedPrompt(**p) for p in data["factors"]["prompts"]])
+        first_pass = FirstPassDesign(**data["first_pass"]) if data.get("first_pass") is not None else None
         return cls(**{**data, "model": ModelFacts(**data["model"]), "factors": Factors(**factors),
-                      "token_pools": TokenPools(**data["token_pools"]), "analysis": Analysis(**data["analysis"])})
+                      "token_pools": TokenPools(**data["token_pools"]), "analysis": Analysis(**data["analysis"]),
+                      "first_pass": first_pass})
 
 
 def canonical_json(data: dict[str, Any]) -> str:
@@ -286,6 +296,15 @@ def recorded_hash(directory: str | Path) -> str:
     return fields[0]
 
 
+def _refuse_results(directory: Path) -> None:
+    """A plan with results is never replaced (checked before any model runs)."""
+    from canvaslab.studies.engine.plan import STORE_DIR
+
+    if any((directory / STORE_DIR / "records").glob("*.json")) or (directory / "results.jsonl").exists():
+        raise CanvaslabError(f"{directory} already holds results of a registered plan; a plan with results is never "
+                             "replaced: use a new folder")
+
+
 def plan_deviations(plan: NoisePlan) -> list[str]:
     """Where today's analysis departs from a rule an older plan states (empty for a current plan)."""
     return list(OLDER_SCHEMAS.get(plan.schema, []))
@@ -304,24 +323,38 @@ def load_plan(directory: str | Path) -> tuple[NoisePlan, str]:
 
 def register_plan(directory: str | Path, model: str, *, design: str = "default", margin: float | None = None,
                   token_counts: str | Path | None = None, seed: int = 0, layers: int | None = None,
-                  model_seed: int = 0, replace: bool = True) -> tuple[NoisePlan, str]:
+                  model_seed: int = 0, replace: bool = True, suite: str = "mini", pilot: str | Path | None = None,
+                  device: str = "cpu", dtype: str = "auto") -> tuple[NoisePlan, str]:
     """Build the plan these choices make and register it in ``directory``; returns it and its hash.
 
+    The ``/3`` designs (``first_pass.DESIGNS``) run the model's first pass on ``device`` to find each prompt's
+    content positions, from probe suite ``suite``; ``confirmatory`` is sized from the finished ``pilot`` folder.
     A folder holding results of a registered plan is refused (a plan with results is never replaced); so is a
     folder holding another plan when ``replace`` is False (a run must not redefine a registered study)."""
-    from canvaslab.studies.engine.plan import STORE_DIR
     from canvaslab.studies.unused_tokens.model_facts import read_model_facts
     from canvaslab.studies.unused_tokens.token_pools import build_token_pools
 
     directory = Path(directory)
+    if design not in (*DESIGNS, *FIRST_PASS_DESIGNS):
+        raise CanvaslabError(f"--design {design!r} is not one of: {', '.join((*DESIGNS, *FIRST_PASS_DESIGNS))}")
     facts, tokenizer = read_model_facts(model, layers, model_seed)
     pools = build_token_pools(tokenizer, facts.vocab_size, facts.generation_defaults, token_counts)
-    plan = build_plan(facts, tokenizer, pools, design=design, seed=seed, margin=margin)
+    if design in FIRST_PASS_DESIGNS:
+        from canvaslab.models import load_model
+        from canvaslab.studies.unused_tokens.first_pass_plan import build_first_pass_plan
+
+        if seed < 0:
+            raise CanvaslabError(f"--seed must be >= 0, got {seed}")
+        loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
+        plan = build_first_pass_plan(loaded, facts, pools, design=design, seed=seed, margin=margin, suite=suite,
+                                     pilot=None if pilot is None else Path(pilot))
+    else:
+        if pilot is not None:
+            raise CanvaslabError("--pilot is for --design confirmatory only")
+        plan = build_plan(facts, tokenizer, pools, design=design, seed=seed, margin=margin)
     if (directory / PLAN_FILE).exists() and recorded_hash(directory) == plan_hash(plan):
         return plan, plan_hash(plan)  # registered already: nothing to write
-    if any((directory / STORE_DIR / "records").glob("*.json")) or (directory / "results.jsonl").exists():
-        raise CanvaslabError(f"{directory} already holds results of a registered plan; a plan with results is never "
-                             "replaced: use a new folder")
+    _refuse_results(directory)
     if (directory / PLAN_FILE).exists() and not replace:
         raise CanvaslabError(f"{directory} holds another registered plan than this one: use a new folder, or "
                              "register this plan there first")

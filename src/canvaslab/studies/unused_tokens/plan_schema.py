@@ -14,7 +14,7 @@ def _object(properties: dict, extra: bool = False, optional: tuple[str, ...] = (
 
 
 PLAN_SCHEMA = _object({
-    "schema": {"enum": ["canvaslab.noise-study.plan/1", "canvaslab.noise-study.plan/2"]},
+    "schema": {"enum": ["canvaslab.noise-study.plan/1", "canvaslab.noise-study.plan/2", "canvaslab.noise-study.plan/3"]},
     "question": {"type": "string"},
     "design": {"type": "string"},
     "design_why": {"type": "string"},
@@ -38,7 +38,7 @@ PLAN_SCHEMA = _object({
     "factors": _object({
         "token_classes": {"type": "array", "minItems": 2, "items": {"enum": ["unused", "random", "rare"]}},
         "counts": _POSITIVE_INT_LIST,
-        "positions": {"type": "array", "minItems": 1, "items": {"enum": ["early", "middle", "late", "spread"]}},
+        "positions": {"type": "array", "minItems": 1, "items": {"enum": ["early", "middle", "late", "spread", "content"]}},
         "prompts": {"type": "array", "minItems": 1, "items": _object({
             "prompt_id": {"type": "string"}, "text": {"type": "string"},
             "token_ids": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
@@ -65,4 +65,21 @@ PLAN_SCHEMA = _object({
         "decision_rule": {"type": "string"},
     }),
     "safeguard": {"type": "object", "required": ["compared"]},
-})
+    # /3 plans only
+    "first_pass": _object({
+        "suite": {"type": "string"},
+        "split": {"type": "string"},
+        "regimes": _STR_LIST,
+        "chat_template": {"type": "boolean"},
+        "neighbour_radius": {"type": "integer", "minimum": 0},
+        "content_positions": {"type": "object", "additionalProperties": {**_INT_LIST, "minItems": 1}},
+        "baseline_special_share": {"type": "object", "additionalProperties": {"type": "number"}},
+        "excluded_prompts": {"type": "array", "items": {"type": "object"}},
+        "margin_why": {"type": "string"},
+        "power": {"type": ["object", "null"]},
+    }),
+}, optional=("first_pass",))
+# A /3 plan must carry its first-pass design, and only a /3 plan may
+PLAN_SCHEMA["if"] = {"properties": {"schema": {"const": "canvaslab.noise-study.plan/3"}}}
+PLAN_SCHEMA["then"] = {"required": ["first_pass"]}
+PLAN_SCHEMA["else"] = {"not": {"required": ["first_pass"]}}

@@ -20,6 +20,7 @@ import torch
 
 from canvaslab.capture.digest import digest
 from canvaslab.generation import RowResult
+from canvaslab.studies.unused_tokens.first_pass import first_pass_outcomes
 
 
 @dataclass
@@ -36,6 +37,9 @@ class Observation:
     text: str
     passes: int
     stop_passes: list[int | None]
+    # /3 plans: per planted position, the first pass's log-probability boost of the planted token and the mean
+    # KL at its neighbours, both against the matched no-plant canvas (first_pass.first_pass_outcomes)
+    first_pass: dict[str, list[float | None]] | None = None
 
     @property
     def first_accept_pass(self) -> list[int | None]:
@@ -45,16 +49,24 @@ class Observation:
 
     def to_record(self) -> dict[str, Any]:
         """JSON-ready, digests as strings (they are 64-bit) plus the derived first accept pass."""
-        return {**asdict(self), "logits_digests": [str(d) for d in self.logits_digests],
-                "first_accept_pass": self.first_accept_pass}
+        record = {**asdict(self), "logits_digests": [str(d) for d in self.logits_digests],
+                  "first_accept_pass": self.first_accept_pass}
+        if record["first_pass"] is None:  # /1 and /2 records stay as they were
+            del record["first_pass"]
+        return record
 
 
 class PlantedPositionObserver:
     """Records predictions, acceptance, first-pass entropy and logits digests at each row's planted positions."""
 
-    def __init__(self, positions: Sequence[Sequence[int]]):
+    def __init__(self, positions: Sequence[Sequence[int]], planted: Sequence[Sequence[int]] = (),
+                 reference: torch.Tensor | None = None, radius: int = 0):
+        """``reference``: the matched no-plant canvas's first-pass log-probabilities ``(canvas, vocab)``; with it
+        each row's first-pass outcomes against it are kept (``planted``: the ids at ``positions``, per row)."""
         self.positions = [list(p) for p in positions]
+        self.planted, self.reference, self.radius = [list(p) for p in planted], reference, radius
         rows = range(len(self.positions))
+        self.first_pass: list[dict | None] = [None for _ in rows]
         self.predictions: list[list[list[int]]] = [[] for _ in rows]
         self.accepted: list[list[list[bool]]] = [[] for _ in rows]
         self.first_entropy: list[list[float]] = [[] for _ in rows]
@@ -84,6 +96,9 @@ class PlantedPositionObserver:
         self.accepted[row].append(accepted.index_select(0, index).tolist())
         if first_pass:
             self.first_entropy[row] = torch.distributions.Categorical(logits=picked).entropy().tolist()
+            if self.reference is not None:
+                self.first_pass[row] = first_pass_outcomes(torch.log_softmax(logits.float(), dim=-1), self.reference,
+                                                           positions, self.planted[row], self.radius)
 
     def observation(self, row: int, planted: Sequence[int], result: RowResult) -> Observation:
         """Row ``row``'s observation, cut to the passes it ran (``result.passes[0]``)."""
@@ -92,5 +107,5 @@ class PlantedPositionObserver:
             positions=self.positions[row], planted=list(planted), predictions=self.predictions[row][:passes],
             accepted=self.accepted[row][:passes], first_entropy=self.first_entropy[row],
             logits_digests=self.digests[row][:passes], tokens=result.tokens, text=result.text, passes=passes,
-            stop_passes=result.stop_passes,
+            stop_passes=result.stop_passes, first_pass=self.first_pass[row],
         )
