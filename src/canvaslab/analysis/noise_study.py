@@ -119,11 +119,16 @@ FIRST_PASS_ANSWERS = {
 
 
 def _direction(effect: dict[str, Any]) -> str:
-    """``lower``/``higher`` (different, by sign), ``equivalent``, or ``undecided``."""
+    """``equivalent`` (TOST), ``lower``/``higher`` (the confidence interval wholly beyond -margin/+margin: a
+    difference of at least the smallest effect of interest), or ``undecided``."""
     if effect["verdict"] == "equivalent":
         return "equivalent"
-    if effect["verdict"] == "different":
-        return "lower" if effect["mean_difference"] < 0 else "higher"
+    ci, margin = effect.get("ci"), effect.get("margin")
+    if effect["verdict"] == "different" and ci is not None and margin is not None:
+        if ci[1] < -margin:
+            return "lower"
+        if ci[0] > margin:
+            return "higher"
     return "undecided"
 
 

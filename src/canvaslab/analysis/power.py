@@ -21,7 +21,7 @@ def tost_power(n: int, sd: float, margin: float, *, alpha: float = 0.05, delta: 
     if n < 2 or sd < 0 or margin <= 0:
         return 0.0
     if sd == 0:
-        return 1.0 if abs(delta) < margin else 0.0
+        return 0.0  # identical differences get no test (canvaslab.analysis.tost: 'degenerate'), never equivalence
     df, scale = n - 1, sd / math.sqrt(n)
     critical = stats.t.ppf(1 - alpha, df)
     lower = stats.nct.sf(critical, df, (delta + margin) / scale)  # (mean + margin) / se > t: above -margin
@@ -33,10 +33,21 @@ def units_for_power(sd: float, margin: float, power: float, *, alpha: float = 0.
                     at_most: int = 100_000) -> int | None:
     """The fewest paired units (``at_least`` or more) giving TOST ``power`` at a true difference of 0; None when
     even ``at_most`` do not."""
-    for n in range(max(2, at_least), at_most + 1):
-        if tost_power(n, sd, margin, alpha=alpha) >= power:
-            return n
-    return None
+    def enough(n: int) -> bool:
+        return tost_power(n, sd, margin, alpha=alpha) >= power
+
+    low = max(2, at_least)
+    if enough(low):
+        return low
+    high = low
+    while not enough(high):  # power grows with n: double until enough, then bisect
+        if high >= at_most:
+            return None
+        low, high = high, min(2 * high, at_most)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if enough(middle) else (middle, high)
+    return high
 
 
 def sd_upper_limit(sd: float, n: int, confidence: float = 0.8) -> float:

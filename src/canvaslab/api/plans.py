@@ -374,7 +374,8 @@ def _first_pass_lines(plan) -> tuple[str, ...]:
              "positions (mean over prompts and seeds); plants go only where it predicts content"]
     if design.power is not None:
         power = design.power
-        lines.append(f"sized from the pilot: planning sd {power['planning_sd']:.3f} nats, {power['prompts_needed']} "
+        needed = "more than 100,000" if power["prompts_needed"] is None else power["prompts_needed"]
+        lines.append(f"sized from the pilot: planning sd {power['planning_sd']:.3f} nats, {needed} "
                      f"prompts needed, {power['prompts_planned']} planned: TOST power "
                      f"{power['tost_power_per_comparison']:.2f} per comparison, joint >= "
                      f"{power['joint_power_lower_bound']:.2f}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -53,6 +54,12 @@ def test_content_positions_are_those_predicted_as_ordinary_tokens():
     assert positions == [1, 3] and special_share == 0.5
 
 
+def _effect(name: str, mean: float | None, verdict: str, half_width: float = 0.2) -> dict:
+    ci = None if mean is None or verdict == "insufficient data" else [mean - half_width, mean + half_width]
+    return {"comparison": name, "outcome": "planted_logprob_boost", "mean_difference": mean, "verdict": verdict,
+            "ci": ci, "margin": 0.25}
+
+
 @pytest.mark.parametrize("random_, rare, answer", [
     ((-1.0, "different"), (-1.0, "different"), "yes"),
     ((0.01, "equivalent"), (-0.01, "equivalent"), "no"),
@@ -62,10 +69,11 @@ def test_content_positions_are_those_predicted_as_ordinary_tokens():
     ((1.0, "different"), (-1.0, "different"), "between the controls"),
     ((-1.0, "different"), (-0.5, "inconclusive"), "inconclusive"),
     ((-1.0, "different"), (None, "insufficient data"), "inconclusive"),
+    # significant, but the interval reaches inside the margin: smaller than the smallest effect of interest
+    ((-0.3, "different"), (-1.0, "different"), "inconclusive"),
 ])
 def test_the_decision_table_answers_every_pattern_of_the_two_comparisons(random_, rare, answer):
-    effects = [{"comparison": name, "outcome": "planted_logprob_boost", "mean_difference": mean, "verdict": verdict}
-               for name, (mean, verdict) in (("unused - random", random_), ("unused - rare", rare))]
+    effects = [_effect(name, *pattern) for name, pattern in (("unused - random", random_), ("unused - rare", rare))]
     assert first_pass_conclusion(effects, "planted_logprob_boost")["answer"] == answer
 
 
@@ -182,9 +190,93 @@ def test_the_confirmatory_design_is_sized_from_the_pilot_on_prompts_the_pilot_ne
     effects = [{"outcome": "planted_logprob_boost", "comparison": name, "sd": 0.15, "n_pairs": 10}
                for name in ("unused - random", "unused - rare")]
     (pilot / "noise_study.json").write_text(json.dumps({"plan_hash": digest, "complete": True, "effects": effects}))
+    counts = tmp_path / "token_counts.npy"
+    np.save(counts, np.arange(tiny.vocab_size, dtype=np.int64) + 1)
+    with pytest.raises(CanvaslabError, match="token pools differ"):  # the pilot's rare control was another
+        NoiseStudy(model="tiny", design="confirmatory", pilot=pilot, token_counts=counts).register(tmp_path / "x")
     NoiseStudy(model="tiny", design="confirmatory", pilot=pilot).register(tmp_path / "confirmatory")
     plan, _ = load_plan(tmp_path / "confirmatory")
     power = plan.first_pass.power
     assert power["pilot_plan_sha256"] == digest and power["prompts_planned"] == len(plan.factors.prompts)
     assert power["prompts_planned"] == power["prompts_needed"] and power["meets_target"]
     assert not {p.prompt_id for p in plan.factors.prompts} & {p.prompt_id for p in pilot_plan.factors.prompts}
+
+
+def _finished_pilot(tiny, folder, effects):
+    NoiseStudy(model="tiny", design="pilot").register(folder)
+    _, digest = load_plan(folder)
+    (folder / "noise_study.json").write_text(json.dumps({"plan_hash": digest, "complete": True, "effects": effects}))
+
+
+@pytest.mark.parametrize("effects", [
+    5,
+    [{"outcome": "planted_logprob_boost", "sd": 0.2, "n_pairs": 10}],
+    [{"outcome": "planted_logprob_boost", "comparison": name, "sd": sd, "n_pairs": 10}
+     for name, sd in (("unused - random", float("nan")), ("unused - rare", 0.2))],
+    [{"outcome": "planted_logprob_boost", "comparison": name, "sd": 0.0, "n_pairs": 10}
+     for name in ("unused - random", "unused - rare")],
+    [{"outcome": "planted_logprob_boost", "comparison": name, "sd": True, "n_pairs": 10}
+     for name in ("unused - random", "unused - rare")],
+    [{"outcome": "planted_logprob_boost", "comparison": name, "sd": 0.2, "n_pairs": 2}
+     for name in ("unused - random", "unused - rare")],
+], ids=["not-a-list", "no-comparison", "nan", "zero", "bool", "too-few-prompts"])
+def test_a_pilot_report_without_a_usable_variance_is_refused_in_one_line_before_the_model_loads(
+        tiny, tmp_path, effects, monkeypatch):
+    pilot = tmp_path / "pilot"
+    _finished_pilot(tiny, pilot, effects)
+    import canvaslab.models
+
+    monkeypatch.setattr(canvaslab.models, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    with pytest.raises(CanvaslabError, match="no usable standard deviation"):
+        NoiseStudy(model="tiny", design="confirmatory", pilot=pilot).register(tmp_path / "c")
+
+
+def test_a_pilot_of_another_random_model_or_suite_is_refused(tiny, tmp_path):
+    pilot = tmp_path / "pilot"
+    effects = [{"outcome": "planted_logprob_boost", "comparison": name, "sd": 0.15, "n_pairs": 10}
+               for name in ("unused - random", "unused - rare")]
+    _finished_pilot(tiny, pilot, effects)
+    with pytest.raises(CanvaslabError, match="model seed"):
+        NoiseStudy(model="tiny", design="confirmatory", pilot=pilot, model_seed=3).register(tmp_path / "a")
+    with pytest.raises(CanvaslabError, match="suite"):
+        NoiseStudy(model="tiny", design="confirmatory", pilot=pilot, suite="default").register(tmp_path / "b")
+
+
+def _edited(folder, tmp_path, edit) -> None:
+    data = json.loads((folder / PLAN_FILE).read_text())
+    edit(data)
+    from canvaslab.studies.unused_tokens.plan import NoisePlan
+
+    save_plan(NoisePlan.from_dict(data), tmp_path)  # re-registered: the hash matches the edited content
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda d: d["first_pass"]["content_positions"].popitem(), "every prompt and seed"),
+    (lambda d: d["first_pass"]["content_positions"].update(
+        {k: v[:1] for k, v in d["first_pass"]["content_positions"].items()}), "distinct positions"),
+    (lambda d: d["first_pass"]["content_positions"].update(
+        {k: [10_000, 10_001, 10_002] for k in d["first_pass"]["content_positions"]}), "inside the canvas"),
+])
+def test_an_edited_first_pass_design_is_refused_in_one_line(smoke, tmp_path, edit, said):
+    _edited(smoke[0], tmp_path, edit)
+    with pytest.raises(CanvaslabError, match=said):
+        load_plan(tmp_path)
+
+
+def test_content_positions_belong_to_the_first_pass_schema_only(tmp_path):
+    from canvaslab.api import NoiseStudy as Study
+
+    Study(model="tiny", design="small").register(tmp_path / "small")
+    data = json.loads((tmp_path / "small" / PLAN_FILE).read_text())
+    data["factors"]["positions"] = ["content"]
+    from canvaslab.studies.unused_tokens.plan import NoisePlan
+
+    save_plan(NoisePlan.from_dict(data), tmp_path / "edited")
+    with pytest.raises(CanvaslabError, match="'content' belongs to plan schema"):
+        load_plan(tmp_path / "edited")
+
+
+def test_the_plan_records_how_its_content_positions_were_computed(smoke):
+    plan, _ = load_plan(smoke[0])
+    assert plan.first_pass.registration["mode"] == "invariant"
+    assert plan.first_pass.registration["device_type"] == "cpu" and plan.first_pass.registration["dtype"] == "float32"

@@ -36,7 +36,7 @@ import torch
 
 from canvaslab.analysis.power import sd_upper_limit, t_test_power, tost_power, units_for_power
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import MiB, NotRegularFile, read_json
+from canvaslab.io import MiB, NotRegularFile, UnreadableFile, parse_json, read_bytes
 
 SCHEMA_ID = "canvaslab.noise-study.plan/3"
 PRIMARY_OUTCOME = "planted_logprob_boost"
@@ -46,6 +46,9 @@ PLANNED_POWER = 0.8  # for the joint answer; each of the two comparisons is size
 PER_COMPARISON_POWER = 0.9  # two comparisons at 0.9 each: both succeed with probability >= 0.8 (union bound)
 SD_CONFIDENCE = 0.8  # the pilot's sd enters the sizing as its one-sided 80% upper confidence limit
 REPORT_LIMIT = 64 * MiB
+MAX_PILOT_PROMPTS = 100_000
+MAX_RADIUS = 16
+COMPARISONS = ("unused - random", "unused - rare")
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,10 @@ DECISION_RULE = (
     "and lower than rare -> 'no' (rare tokens, not unused ones, stand out); unused higher than a control (a "
     "'different' verdict with a positive mean) -> 'no' (read more as content: the opposite of a mask); 'different' "
     "from both with opposite signs -> 'between the controls'; any 'inconclusive' or 'insufficient data' -> "
-    "'inconclusive'. Secondary outcomes are reported by the same rule, without multiplicity correction.")
+    "'inconclusive'. 'Lower' and 'higher' need more than a significant difference: the 95% interval must lie wholly "
+    "beyond -margin or +margin (a difference that may be smaller than the margin decides nothing, and counts as "
+    "'inconclusive' in the table); 'equivalent' is the TOST verdict. Secondary outcomes are reported by the same "
+    "rule, without multiplicity correction.")
 SAFEGUARD_WHY = (
     "mode invariant: the analysed result of each condition is its row of a batched run (the conditions of one "
     "prompt and seed, cut into batches of --batch-size); the safeguard runs each condition alone and must find "
@@ -134,6 +140,7 @@ class FirstPassDesign:
     baseline_special_share: dict[str, float]  # "prompt_id/s<seed>" -> share of canvas positions predicted special
     excluded_prompts: list[dict[str, str]]
     margin_why: str
+    registration: dict[str, Any]  # how the content positions were computed: mode, device type, dtype, torch
     power: dict[str, Any] | None = field(default=None)
 
 
@@ -179,35 +186,68 @@ def content_positions(logprobs: torch.Tensor, not_content: set[int]) -> tuple[li
     return positions, 1.0 - len(positions) / len(predicted)
 
 
-def pilot_statistics(pilot_dir: Path, model_spec: str, weights: str | None) -> dict[str, Any]:
-    """The pilot's per-prompt sd of the primary outcome's differences, read from its finished report."""
-    from canvaslab.studies.unused_tokens.plan import load_plan
+def _pilot_report(pilot_dir: Path, digest: str) -> tuple[dict[str, Any], str]:
+    """The pilot's finished report (bounded, no link followed) and the sha256 of the bytes parsed."""
     from canvaslab.studies.unused_tokens.noise_study import REPORT_FILE
+
+    path = pilot_dir / REPORT_FILE
+    try:
+        raw = read_bytes(path, max_bytes=REPORT_LIMIT)
+        report = parse_json(raw, source=path)
+    except (OSError, ValueError, NotRegularFile, UnreadableFile) as error:
+        raise CanvaslabError(f"--pilot {pilot_dir}: no readable {REPORT_FILE} ({error}): run the pilot to the end "
+                             "first") from None
+    if not isinstance(report, dict) or report.get("plan_hash") != digest or report.get("complete") is not True:
+        raise CanvaslabError(f"--pilot {pilot_dir}: {REPORT_FILE} is not the finished report of its registered plan: "
+                             "run the pilot to the end first (`canvaslab noise-study run`)")
+    return report, hashlib.sha256(raw).hexdigest()
+
+
+def _pilot_sd(effects: Any, where: Path) -> tuple[dict[str, float], int]:
+    """Each comparison's per-prompt sd of the primary outcome, and the fewest prompts any rests on."""
+    bad = CanvaslabError(f"--pilot {where}: its report has no usable standard deviation of {PRIMARY_OUTCOME} for "
+                         f"both comparisons (finite, above 0, from at least {MIN_PROMPTS} prompts)")
+    if not isinstance(effects, list):
+        raise bad
+    primary = {e.get("comparison"): e for e in effects
+               if isinstance(e, dict) and e.get("outcome") == PRIMARY_OUTCOME and isinstance(e.get("comparison"), str)}
+    if set(primary) != set(COMPARISONS):
+        raise bad
+    sds, prompts = {}, []
+    for name in COMPARISONS:
+        sd, n = primary[name].get("sd"), primary[name].get("n_pairs")
+        if isinstance(sd, bool) or not isinstance(sd, (int, float)) or not math.isfinite(sd) or sd <= 0 \
+                or isinstance(n, bool) or not isinstance(n, int) or not MIN_PROMPTS <= n <= MAX_PILOT_PROMPTS:
+            raise bad
+        sds[name], prompts = float(sd), [*prompts, n]
+    return sds, min(prompts)
+
+
+def pilot_statistics(pilot_dir: Path, facts: Any, pools: Any, suite: str) -> dict[str, Any]:
+    """The pilot's per-prompt sd of the primary outcome's differences, read from its finished report. The pilot
+    must be a /3 pilot of the same model facts, token pools and suite: its variance is that of those."""
+    from canvaslab.studies.unused_tokens.plan import load_plan
 
     plan, digest = load_plan(pilot_dir)
     if plan.schema != SCHEMA_ID or plan.design != "pilot":
         raise CanvaslabError(f"--pilot {pilot_dir}: holds a {plan.design!r} plan ({plan.schema}), not a pilot of "
                              f"{SCHEMA_ID}")
-    if plan.model.spec != model_spec or plan.model.weights != weights:
-        raise CanvaslabError(f"--pilot {pilot_dir}: its model ({plan.model.spec}, weights {plan.model.weights}) is "
-                             f"not this plan's ({model_spec}, weights {weights})")
-    path = pilot_dir / REPORT_FILE
-    try:
-        raw = read_json(path, max_bytes=REPORT_LIMIT)
-    except (OSError, ValueError, NotRegularFile) as error:
-        raise CanvaslabError(f"--pilot {pilot_dir}: no readable {REPORT_FILE} ({error}): run the pilot to the end "
-                             "first") from None
-    if not isinstance(raw, dict) or raw.get("plan_hash") != digest or raw.get("complete") is not True:
-        raise CanvaslabError(f"--pilot {pilot_dir}: {REPORT_FILE} is not the finished report of its registered plan: "
-                             "run the pilot to the end first (`canvaslab noise-study run`)")
-    primary = [e for e in raw.get("effects", []) if isinstance(e, dict) and e.get("outcome") == PRIMARY_OUTCOME]
-    if not primary or any(not isinstance(e.get("sd"), (int, float)) or not isinstance(e.get("n_pairs"), int)
-                          for e in primary):
-        raise CanvaslabError(f"--pilot {pilot_dir}: {REPORT_FILE} has no standard deviation of {PRIMARY_OUTCOME}")
-    report_sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    return {"pilot_plan_sha256": digest, "pilot_report_sha256": report_sha,
-            "pilot_sd": {e["comparison"]: float(e["sd"]) for e in primary},
-            "pilot_prompts": min(int(e["n_pairs"]) for e in primary)}
+    if plan.model != facts:
+        raise CanvaslabError(f"--pilot {pilot_dir}: its model ({plan.model.spec}, layers {plan.model.layers}, model "
+                             f"seed {plan.model.model_seed}, weights {plan.model.weights}) is not this plan's "
+                             f"({facts.spec}, layers {facts.layers}, model seed {facts.model_seed}, weights "
+                             f"{facts.weights})")
+    if plan.token_pools != pools:
+        raise CanvaslabError(f"--pilot {pilot_dir}: its token pools differ from this plan's (rare control: "
+                             f"{plan.token_pools.rare_source.get('kind')}, here {pools.rare_source.get('kind')}): "
+                             "register with the pilot's --token-counts")
+    if plan.first_pass.suite != suite:
+        raise CanvaslabError(f"--pilot {pilot_dir}: its prompts come from suite {plan.first_pass.suite!r}, not "
+                             f"{suite!r}: give the pilot's --suite")
+    report, report_sha = _pilot_report(pilot_dir, digest)
+    sds, prompts = _pilot_sd(report.get("effects"), pilot_dir)
+    return {"pilot_plan_sha256": digest, "pilot_report_sha256": report_sha, "pilot_sd": sds,
+            "pilot_prompts": prompts}
 
 
 def confirmatory_size(statistics: dict[str, Any], margin: float, alpha: float) -> dict[str, Any]:
@@ -234,3 +274,23 @@ def achieved_power(size: dict[str, Any], prompts: int) -> dict[str, Any]:
             "joint_power_lower_bound": max(0.0, 2 * per - 1),
             "t_test_power_at_margin": t_test_power(prompts, sd, margin, alpha=alpha),
             "meets_target": bool(max(0.0, 2 * per - 1) >= PLANNED_POWER - 1e-9)}
+
+
+def check_plan(plan: Any) -> None:
+    """What the schema cannot say about a /3 plan's first-pass design, as one line: content positions for every
+    prompt and seed, enough of them, inside the canvas; a bounded neighbourhood."""
+    design, factors = plan.first_pass, plan.factors
+    if design is None:
+        if "content" in factors.positions:
+            raise CanvaslabError(f"plan.json: position 'content' belongs to plan schema {SCHEMA_ID} only")
+        return
+    expected = {base_key(prompt.prompt_id, seed) for prompt in factors.prompts for seed in factors.seeds}
+    if set(design.content_positions) != expected:
+        raise CanvaslabError("plan.json: first_pass.content_positions must list every prompt and seed of the plan")
+    largest, canvas = max(factors.counts), plan.model.canvas_length
+    for key, positions in design.content_positions.items():
+        if len(set(positions)) < largest or not all(0 <= p < canvas for p in positions):
+            raise CanvaslabError(f"plan.json: first_pass.content_positions[{key!r}] needs {largest} or more distinct "
+                                 f"positions inside the canvas (0 to {canvas - 1})")
+    if design.neighbour_radius > MAX_RADIUS:
+        raise CanvaslabError(f"plan.json: first_pass.neighbour_radius is at most {MAX_RADIUS}")

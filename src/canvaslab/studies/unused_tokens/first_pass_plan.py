@@ -13,6 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
 
+import torch
+
 from canvaslab.choices import SUITE_REGIMES
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
@@ -80,20 +82,29 @@ def _choose_prompts(loaded: LoadedModel, facts: ModelFacts, pools: TokenPools, l
     return chosen, positions, special, excluded
 
 
-def build_first_pass_plan(loaded: LoadedModel, facts: ModelFacts, pools: TokenPools, *, design: str, seed: int,
-                          margin: float | None, suite: str, pilot: Path | None) -> NoisePlan:
-    """The ``/3`` plan of ``design`` (``pilot``, ``confirmatory``, ``smoke``) for the loaded model."""
-    levels = first_pass.DESIGNS[design]
+def check_choices(design: str, margin: float | None, seed: int, pilot: Path | None) -> None:
+    """The /3 options' rules, before any model loads."""
     if (design == "confirmatory") != (pilot is not None):
         raise CanvaslabError("--pilot DIR is needed by --design confirmatory, and only by it: the confirmatory "
                              "design is sized from its pilot's variance")
+    if margin is not None and not margin > 0:
+        raise CanvaslabError(f"--margin must be positive, got {margin}")
+    if seed < 0:
+        raise CanvaslabError(f"--seed must be >= 0, got {seed}")
+
+
+def build_first_pass_plan(loaded: LoadedModel, facts: ModelFacts, pools: TokenPools, *, design: str, seed: int,
+                          margin: float | None, suite: str, statistics: dict[str, Any] | None,
+                          dtype: str) -> NoisePlan:
+    """The ``/3`` plan of ``design`` (``pilot``, ``confirmatory``, ``smoke``) for the loaded model;
+    ``statistics``: the pilot's (``first_pass.pilot_statistics``), for the confirmatory design."""
+    levels = first_pass.DESIGNS[design]
     margins = dict(first_pass.MARGINS, **({first_pass.PRIMARY_OUTCOME: float(margin)} if margin else {}))
     analysis = Analysis(comparisons=[["unused", "random"], ["unused", "rare"]],
                         primary_outcome=first_pass.PRIMARY_OUTCOME, margins=margins, alpha=0.05, ci_level=0.95,
                         decision_rule=first_pass.DECISION_RULE)
     size = None
-    if pilot is not None:
-        statistics = first_pass.pilot_statistics(pilot, facts.spec, facts.weights)
+    if statistics is not None:
         size = first_pass.confirmatory_size(statistics, margins[first_pass.PRIMARY_OUTCOME], analysis.alpha)
     seeds = [seed + i for i in range(levels.seeds)]
     prompts, positions, special, excluded = _choose_prompts(
@@ -107,7 +118,10 @@ def build_first_pass_plan(loaded: LoadedModel, facts: ModelFacts, pools: TokenPo
         suite=suite, split=levels.split, regimes=list(SUITE_REGIMES[suite]),
         chat_template=uses_chat_template(loaded.tokenizer), neighbour_radius=first_pass.NEIGHBOUR_RADIUS,
         content_positions=positions, baseline_special_share=special, excluded_prompts=excluded,
-        margin_why=first_pass.MARGIN_WHY, power=size)
+        margin_why=first_pass.MARGIN_WHY, power=size,
+        registration={"mode": CONTENT_MODE, "device_type": loaded.device.type,
+                      "dtype": str(loaded.model.dtype).removeprefix("torch."), "dtype_asked": dtype,
+                      "torch": torch.__version__})
     factors = Factors(token_classes=list(TOKEN_CLASSES), counts=list(levels.counts), positions=["content"],
                       prompts=prompts, seeds=seeds, budgets=[1])
     generation = {"rng": "row", "copy_prompt_cache": False, "max_new_tokens": facts.canvas_length,

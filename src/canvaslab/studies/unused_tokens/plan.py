@@ -30,6 +30,7 @@ from canvaslab.io import MiB, NotRegularFile, read_bytes, read_json, write_text_
 from canvaslab.prompts import builtin_prompts
 from canvaslab.studies.unused_tokens.first_pass import DESIGNS as FIRST_PASS_DESIGNS
 from canvaslab.studies.unused_tokens.first_pass import FirstPassDesign
+from canvaslab.studies.unused_tokens.first_pass import check_plan as check_first_pass_plan
 from canvaslab.studies.unused_tokens.model_facts import ModelFacts
 from canvaslab.studies.unused_tokens.plan_schema import PLAN_SCHEMA
 from canvaslab.studies.unused_tokens.token_pools import TOKEN_CLASSES, TokenPools
@@ -318,7 +319,9 @@ def load_plan(directory: str | Path) -> tuple[NoisePlan, str]:
         raise CanvaslabError(f"{Path(directory) / PLAN_FILE} was edited after it was registered (content hash "
                              f"{digest[:12]}..., {HASH_FILE} says {registered[:12]}...): write a new plan with "
                              "`canvaslab noise-study plan`")
-    return NoisePlan.from_dict(data), digest
+    plan = NoisePlan.from_dict(data)
+    check_first_pass_plan(plan)
+    return plan, digest
 
 
 def register_plan(directory: str | Path, model: str, *, design: str = "default", margin: float | None = None,
@@ -341,13 +344,14 @@ def register_plan(directory: str | Path, model: str, *, design: str = "default",
     pools = build_token_pools(tokenizer, facts.vocab_size, facts.generation_defaults, token_counts)
     if design in FIRST_PASS_DESIGNS:
         from canvaslab.models import load_model
-        from canvaslab.studies.unused_tokens.first_pass_plan import build_first_pass_plan
+        from canvaslab.studies.unused_tokens.first_pass import pilot_statistics
+        from canvaslab.studies.unused_tokens.first_pass_plan import build_first_pass_plan, check_choices
 
-        if seed < 0:
-            raise CanvaslabError(f"--seed must be >= 0, got {seed}")
+        check_choices(design, margin, seed, None if pilot is None else Path(pilot))
+        statistics = None if pilot is None else pilot_statistics(Path(pilot), facts, pools, suite)
         loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
         plan = build_first_pass_plan(loaded, facts, pools, design=design, seed=seed, margin=margin, suite=suite,
-                                     pilot=None if pilot is None else Path(pilot))
+                                     statistics=statistics, dtype=dtype)
     else:
         if pilot is not None:
             raise CanvaslabError("--pilot is for --design confirmatory only")

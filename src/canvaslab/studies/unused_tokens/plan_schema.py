@@ -71,12 +71,13 @@ PLAN_SCHEMA = _object({
         "split": {"type": "string"},
         "regimes": _STR_LIST,
         "chat_template": {"type": "boolean"},
-        "neighbour_radius": {"type": "integer", "minimum": 0},
+        "neighbour_radius": {"type": "integer", "minimum": 0, "maximum": 16},
         "content_positions": {"type": "object", "additionalProperties": {**_INT_LIST, "minItems": 1}},
         "baseline_special_share": {"type": "object", "additionalProperties": {"type": "number"}},
         "excluded_prompts": {"type": "array", "items": {"type": "object"}},
         "margin_why": {"type": "string"},
         "power": {"type": ["object", "null"]},
+        "registration": {"type": "object"},
     }),
 }, optional=("first_pass",))
 # A /3 plan must carry its first-pass design, and only a /3 plan may
