@@ -38,6 +38,9 @@ class Mode:
     removes_padding_effect = False
     # Some ops run one row per call: a capture cannot tell another row's calls from row 0's.
     computes_rows_apart = False
+    # Every op is batch-invariant: a row of any batch equals the row alone, bit for bit, so a study may analyse
+    # batched rows (and check them against the row alone).
+    batch_invariant = False
 
     def __repr__(self) -> str:
         return f"Mode({self.name!r})"
@@ -96,6 +99,7 @@ class Invariant(Mode):
 
     name = "invariant"
     removes_padding_effect = True
+    batch_invariant = True
 
     @contextlib.contextmanager
     def on(self, model):

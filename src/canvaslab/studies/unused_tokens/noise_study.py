@@ -40,7 +40,7 @@ from canvaslab.analysis.noise_study import (class_means, conclusion, condition_o
 from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
-from canvaslab.invariant import generation_mode, replaced_ops
+from canvaslab.invariant import generation_mode, mode_named, replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.models import LoadedModel, load_model
 from canvaslab.scoring.prompting import encode_prompt
@@ -154,7 +154,7 @@ def planned_batches(conditions: list[Condition], batch_size: int) -> list[list[C
 def analysed_run(mode: str) -> str:
     """Which run of a condition is analysed: in invariant mode its batched row (the alone run checks it: they
     must be equal bit for bit), otherwise the condition alone (the batched rows check it)."""
-    return "batched" if mode == "invariant" else "alone"
+    return "batched" if mode_named(mode).batch_invariant else "alone"
 
 
 def _condition_record(condition: Condition, alone: Observation, copies: list[Observation], batch_rows: int,
@@ -392,12 +392,12 @@ def time_arms(plan_dir: str | Path, loaded: LoadedModel, *, batch_size: int = NO
     chosen = [list(members) for _, members in groupby(enumerate_conditions(plan), key=lambda c: c.base_id)][:groups]
     seconds = {"batched_invariant": 0.0, "alone_stock": 0.0}
     for members in chosen:
-        for arm, mode in (("batched_invariant", "invariant"), ("alone_stock", "stock")):
+        for arm, mode, batched in (("batched_invariant", "invariant", True), ("alone_stock", "stock", False)):
             run = _RowRunner(loaded, plan, mode)
             _, reference = run.baseline(members[0])
             _synchronize(loaded)
             started = time.perf_counter()
-            for rows in (planned_batches(members, batch_size) if mode == "invariant" else [[c] for c in members]):
+            for rows in (planned_batches(members, batch_size) if batched else [[c] for c in members]):
                 run(rows, reference=reference)
             _synchronize(loaded)
             seconds[arm] += time.perf_counter() - started
