@@ -36,15 +36,17 @@ CODE_REGIMES = ("code_completion", "code_synthesis")
 PROBE_SPLITS = ("exploratory", "confirmatory")
 ALL_SPLITS = "all"
 SPLITS = (*PROBE_SPLITS, ALL_SPLITS)
-SUITES = ("default", "mini")
-# The regimes each suite has: what the default regimes mean for it (mini has no code completion).
-SUITE_REGIMES = {"default": REGIMES, "mini": ("math", "code_synthesis", "factual", "open_ended", "json")}
+SUITES = ("default", "mini", "mini-large")
+# The regimes each suite has: what the default regimes mean for it (the mini suites have no code completion).
+SUITE_REGIMES = {"default": REGIMES, **dict.fromkeys(("mini", "mini-large"),
+                                                     ("math", "code_synthesis", "factual", "open_ended", "json"))}
 
 # Plan schema /2: default (2,304 conditions, GPU) and small (12, CPU tests). Plan schema /3 (first-pass outcomes):
 # pilot, confirmatory (sized from a finished pilot, --pilot DIR) and smoke (CPU tests).
 NOISE_DESIGNS = ("default", "small", "pilot", "confirmatory", "smoke")
 NOISE_BATCH_SIZE = 36  # rows of the safeguard's batched runs: one per prompt, seed and budget of the default design
 TOKENIZER_PRESETS = ("tiny", "real-shapes", "gemma3", "mini")  # the vocabulary scan's named tokenizers
+DATA_VERSIONS = ("shipped", "grammar")  # `mini train --data`: the shipped recipe's generators, or the grammar
 
 
 def one_of(option: str, value, choices: Sequence[str]):

@@ -11,7 +11,7 @@ import pytest
 from canvaslab.errors import CanvaslabError
 from canvaslab.scoring.probes import score
 from canvaslab.scoring.probes.probe import make_probe
-from canvaslab.training.tasks import (EVAL_TASKS, MIXTURE, RUN4_STYLE, AnswerStyle, Mixture, mixture_shares, parse_shares,
+from canvaslab.training.tasks import (EVAL_TASKS, MIXTURE, TOKENIZER_STYLE, AnswerStyle, Mixture, mixture_shares, parse_shares,
                                      split_of)
 from canvaslab.training.tasks.arithmetic import SUM_FORMATS, written_sum
 from canvaslab.training.tasks.base import TRAIN_ONLY, phrase
@@ -143,7 +143,7 @@ def test_the_columns_format_writes_each_column_with_its_carry_units_first():
 def test_the_sum_format_changes_answers_only(passages, sum_format):
     """Prompts, held-out keys and references are the same in every format: a model trained on one is scored on
     the same held-out prompts as one trained on another."""
-    plain, other = Mixture(passages, RUN4_STYLE), Mixture(passages, AnswerStyle(sum_format=sum_format))
+    plain, other = Mixture(passages, TOKENIZER_STYLE), Mixture(passages, AnswerStyle(sum_format=sum_format))
     for task in ("add2", "add3"):
         for a, b in zip(plain.heldout(task, 20), other.heldout(task, 20)):
             assert (a.prompt, a.key, a.reference) == (b.prompt, b.key, b.reference)
@@ -181,7 +181,7 @@ def test_mixture_weights_cover_every_task():
 
 def test_the_default_answer_style_is_the_shipped_models():
     # `canvaslab mini train` with its defaults writes the training answers as the shipped `mini` saw them
-    assert AnswerStyle() == RUN4_STYLE
+    assert AnswerStyle() == TOKENIZER_STYLE
 
 
 def test_share_overrides_change_the_training_draws_and_never_the_held_out_examples(passages):

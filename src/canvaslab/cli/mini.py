@@ -14,7 +14,7 @@ from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import check_names
 from canvaslab.training.recipe import SHIPPED
-from canvaslab.training.tasks import AnswerStyle, parse_shares
+from canvaslab.training.tasks import AnswerStyle, check_data, parse_shares
 
 mini_app = typer.Typer(help="the trained miniature DiffusionGemma: prepare data, train, evaluate", no_args_is_help=True)
 app.add_typer(mini_app, name="mini")
@@ -141,6 +141,9 @@ def train(
                                           "of its weights, which then no longer bias the predictions (docs/mini-model.md)"),
     prose_answers: Optional[Path] = typer.Option(None, "--prose-answers", help="train both models on a teacher's prose "
                                                  "answers (`canvaslab mini distill`) instead of the passages' own"),
+    data: str = typer.Option("shipped", "--data", help="training data version: 'shipped' (the shipped mini's "
+                             "generators) or 'grammar' (tasks composed of many parts, worked math answers; "
+                             "--sum-format does not apply)"),
 ) -> None:
     """Train `mini` and its autoregressive sibling on the same examples, then evaluate both on held-out prompts.
 
@@ -162,17 +165,17 @@ def train(
     if compile_parts not in ("", "layers", "leaves"):
         raise CanvaslabError(f"--compile {compile_parts!r}: choose 'layers' or 'leaves'")
     answers = AnswerStyle(sum_format, checked_answers_file(prose_answers, passages_file))
-    shares = tuple(parse_shares(mixture).items())
+    shares = tuple(parse_shares(mixture, check_data(data)).items())
     resolve_device(device)
     settings = TrainSettings(steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
                              warmup_steps=min(100, steps // 10 + 1))
     if logit_adjustment:
         settings = replace(settings, schedule=replace(settings.schedule, logit_adjustment=True))
     train_models(RunSpec(out, passages_file, settings, device=device, examples=examples, compile_parts=compile_parts,
-                         answers=answers, shares=shares, tokenizer=tokenizer_dir),
+                         answers=answers, shares=shares, tokenizer=tokenizer_dir, data=data),
                  log=typer.echo)
     if eval_per_task:
-        evaluate_models(out, passages_file, eval_per_task, device, seed=seed, log=typer.echo)
+        evaluate_models(out, passages_file, eval_per_task, device, seed=seed, log=typer.echo, data=data)
     typer.echo(f"wrote {write_card(out)}")
 
 

@@ -20,18 +20,20 @@ from canvaslab.training.tasks import AnswerStyle, Mixture
 SHARD = 4096
 
 
-def _shard_texts(args: tuple[str | None, int, int, int, AnswerStyle, dict | None]) -> list[tuple[str, str, str]]:
-    passages, seed, shard, count, style, shares = args
-    mixture, rng = Mixture(passages, style, shares), random.Random(f"mini-train/{seed}/{shard}")
+def _shard_texts(args: tuple[str | None, int, int, int, AnswerStyle, dict | None, str]) -> list[tuple[str, str, str]]:
+    passages, seed, shard, count, style, shares, data = args
+    mixture, rng = Mixture(passages, style, shares, data), random.Random(f"mini-train/{seed}/{shard}")
     return [(e.task, chat.prompt_text(e.prompt), chat.answer_text(e.answer))
             for e in (mixture.sample(rng, "train") for _ in range(count))]
 
 
 def generate_texts(passages: Path | None, count: int, seed: int, workers: int = 1,
-                   style: AnswerStyle = AnswerStyle(), shares: dict | None = None) -> list[tuple[str, str, str]]:
+                   style: AnswerStyle = AnswerStyle(), shares: dict | None = None,
+                   data: str = "shipped") -> list[tuple[str, str, str]]:
     """``count`` chat-formatted training exchanges (task, prompt text, answer text), deterministic in ``seed``;
-    ``shares``: overrides of the tasks' shares (``tasks.mixture_shares``)."""
-    jobs = [(str(passages) if passages else None, seed, shard, min(SHARD, count - shard * SHARD), style, shares)
+    ``shares``: overrides of the tasks' shares (``tasks.mixture_shares``); ``data``: the data version
+    (``choices.DATA_VERSIONS``)."""
+    jobs = [(str(passages) if passages else None, seed, shard, min(SHARD, count - shard * SHARD), style, shares, data)
             for shard in range((count + SHARD - 1) // SHARD)]
     if workers <= 1:
         return [row for job in jobs for row in _shard_texts(job)]

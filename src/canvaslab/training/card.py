@@ -129,6 +129,8 @@ def write_card(run_dir: Path, sibling: Path | None = None) -> Path:
         f"- task shares drawn: {_shares(training)}",
         # an older training.json has no answer style: its run wrote sums plainly
         f"- answers: {training.get('answers', {'sum_format': 'plain'})} (tasks.AnswerStyle)",
+        # an older training.json has no data version: its run drew the shipped generators
+        f"- training data version: {training.get('data', 'shipped')}",
     ]
     if "prose_answers" in training:  # canvaslab.training.distill
         taught = training["prose_answers"]

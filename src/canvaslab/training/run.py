@@ -64,6 +64,8 @@ class RunSpec:
     portable_dir: Path | None = None
     # a tokenizer folder (`canvaslab mini tokenizer`) instead of the shipped one; the models' vocabulary is its size
     tokenizer: Path | None = None
+    # the training data version (choices.DATA_VERSIONS): "shipped" (the shipped mini's generators) or "grammar"
+    data: str = "shipped"
 
 
 # Weight files stay under 16 MiB: they travel back from GPU machines with a per-file limit, and the
@@ -108,7 +110,9 @@ def _example_pool(spec: RunSpec, tokenizer) -> Pool:
     if spec.tokenizer is not None:  # (only then: the pools of runs on the shipped tokenizer keep their names)
         made_from["tokenizer"] = hashlib.sha256((spec.tokenizer / "tokenizer.json").read_bytes()).hexdigest()
     if spec.shares:  # (only then: the pools of runs without overrides keep their names)
-        made_from["shares"] = mixture_shares(dict(spec.shares))
+        made_from["shares"] = mixture_shares(dict(spec.shares), spec.data)
+    if spec.data != "shipped":  # (only then: the pools of shipped-data runs keep their names)
+        made_from["data"] = spec.data
     cached = None
     if spec.checkpoint_dir is not None:
         key = hashlib.sha256(json.dumps(made_from, sort_keys=True).encode()).hexdigest()[:16]
@@ -116,7 +120,7 @@ def _example_pool(spec: RunSpec, tokenizer) -> Pool:
         if cached.exists():
             return Pool.load(cached)
     rows = generate_texts(spec.passages, count, spec.settings.seed, workers=min(16, os.cpu_count() or 1),
-                          style=spec.answers, shares=dict(spec.shares) or None)
+                          style=spec.answers, shares=dict(spec.shares) or None, data=spec.data)
     pool = Pool.build(tokenizer, rows, max_answer_tokens=made_from["max_answer_tokens"])
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +140,8 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
     text = {"vocab_size": len(tokenizer), **dict(spec.text_overrides)}
     report = {"pool_examples": len(pool), "pool_tokens": pool.tokens(), "vocabulary": len(tokenizer),
               "settings": spec.settings.as_dict(),
-              "answers": asdict(spec.answers), "mixture_shares": mixture_shares(dict(spec.shares)),
+              "answers": asdict(spec.answers), "data": spec.data,
+              "mixture_shares": mixture_shares(dict(spec.shares), spec.data),
               "mixture_counts": {t: pool.tasks.count(t) for t in sorted(set(pool.tasks))}}
     if spec.answers.prose_answers is not None:
         report["prose_answers"] = prose_answers_record(Path(spec.answers.prose_answers))
@@ -179,17 +184,19 @@ def train_models(spec: RunSpec, log=print, on_saved=None, on_entry=None) -> dict
 
 
 def evaluate_models(out: Path, passages: Path | None, per_task: int, device: str, seed: int = 0, log=print,
-                    models: tuple[str, ...] = ("diffusion", "autoregressive"), tasks: tuple[str, ...] = ()) -> dict:
+                    models: tuple[str, ...] = ("diffusion", "autoregressive"), tasks: tuple[str, ...] = (),
+                    data: str = "shipped") -> dict:
     """Held-out quality of both saved models (``OUT/quality_MODELS.json``); ``tasks``: a subset of the
-    evaluation tasks (e.g. code apart, on a machine with the sandbox), default all."""
+    evaluation tasks (e.g. code apart, on a machine with the sandbox), default all; ``data``: whose in-template
+    held-out split (the data version the models were trained on)."""
     from canvaslab.models import load_model
     from canvaslab.training.evaluate import answer_causal, answer_diffusion, summarize
     from canvaslab.training.tasks import EVAL_TASKS, Mixture
 
-    mixture = Mixture(passages)
+    mixture = Mixture(passages, data=data)
     examples = [e for task in EVAL_TASKS if task in mixture.makers and (not tasks or task in tasks)
                 for e in mixture.heldout(task, per_task, seed)]
-    result = {"per_task": per_task, "seed": seed, "generation": MINI_GENERATION, "samples": {}, "answers": {}}
+    result = {"per_task": per_task, "seed": seed, "data": data, "generation": MINI_GENERATION, "samples": {}, "answers": {}}
     for name in models:
         tokenizer = load_tokenizer(out / name)  # each checkpoint carries the tokenizer it was trained with
         started = time.perf_counter()

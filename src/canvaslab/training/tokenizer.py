@@ -97,11 +97,11 @@ def save(tokenizer: PreTrainedTokenizerFast, out: Path) -> None:
 def build_mini_tokenizer(passages: Path | None, out: Path, examples: int = 60_000, seed: int = 0,
                          vocab_size: int = VOCAB_SIZE, tail_unused: int = TAIL_UNUSED) -> PreTrainedTokenizerFast:
     """The shipped tokenizer's recipe: BPE on ``examples`` chat-formatted training exchanges of seed ``seed``,
-    written in the answer style it was made with (``RUN4_STYLE``): a later style trains on the same vocabulary."""
+    written in the answer style it was made with (``TOKENIZER_STYLE``): a later style trains on the same vocabulary."""
     from canvaslab.training.batches import generate_texts
-    from canvaslab.training.tasks import RUN4_STYLE
+    from canvaslab.training.tasks import TOKENIZER_STYLE
 
-    rows = generate_texts(passages, examples, seed, style=RUN4_STYLE)
+    rows = generate_texts(passages, examples, seed, style=TOKENIZER_STYLE)
     tokenizer = train_tokenizer([prompt + answer for _, prompt, answer in rows], vocab_size, tail_unused)
     save(tokenizer, out)
     return tokenizer

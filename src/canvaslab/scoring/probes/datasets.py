@@ -44,7 +44,8 @@ _PROBES_PACKAGE = "canvaslab.scoring.probes"  # our files are in its data/ folde
 
 # Suites other than the default: one packaged JSONL file each (``data/suites/NAME.jsonl``), one probe a
 # line as {"id", "regime", "prompt", "reference"}, the prompt used as it is (no regime template).
-# ``mini``: held-out prompts of the trained `mini` model's own tasks (canvaslab.training.probes).
+# ``mini``: held-out prompts of the trained `mini` model's own tasks (canvaslab.training.probes); ``mini-large``:
+# the same tasks, 200 probes per regime drawn with another seed, none of mini's prompts.
 
 
 def load_regime(regime: str, suite: str = "default") -> list[Probe]:

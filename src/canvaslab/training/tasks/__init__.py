@@ -6,6 +6,10 @@ held-out operands, values or combinations (in-template). ``Mixture.heldout_templ
 tasks in templates the training generators never use (``heldout_templates``: new wordings, JSON keys and value
 types, function behaviours, sum widths). Everything is a pure function of the seed and, for prose, of the passage
 file.
+
+Two data versions (``DATA_VERSIONS``): ``shipped``, the generators the shipped `mini` was trained on (its examples
+stay byte for byte the same), and ``grammar`` (``grammar``: every task composed of many independent parts, worked
+math answers, and one more training task, ``add_widths``: sums of other operand widths).
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from canvaslab.choices import DATA_VERSIONS
 from canvaslab.errors import CanvaslabError
-from canvaslab.training.tasks import arithmetic, code, heldout_templates, knowledge, prose, structured
+from canvaslab.training.tasks import arithmetic, code, grammar, heldout_templates, knowledge, prose, structured
 from canvaslab.training.tasks.base import Example, draw, split_of
 
 # Share of training examples per task. Math and code get the most: their answers are exact.
@@ -27,13 +32,26 @@ MIXTURE: dict[str, float] = {
     "json": 0.12, "code": 0.12, "prose": 0.18,
 }
 
+# The data versions: ``shipped`` (the shipped `mini`'s generators) and ``grammar`` (``tasks.grammar``)
+# The grammar version's shares: MIXTURE's, and sums of the operand widths add2 and add3 leave out
+GRAMMAR_MIXTURE: dict[str, float] = {**MIXTURE, "add_widths": 0.06}
+BASE_SHARES = {"shipped": MIXTURE, "grammar": GRAMMAR_MIXTURE}
 
-def mixture_shares(overrides: Mapping[str, float] | None = None) -> dict[str, float]:
-    """``MIXTURE`` with some tasks' shares replaced (``overrides``), normalised to sum to 1."""
-    shares = {**MIXTURE, **(overrides or {})}
-    unknown = sorted(set(shares) - set(MIXTURE))
+
+def check_data(data: str) -> str:
+    if data not in DATA_VERSIONS:
+        raise CanvaslabError(f"data version {data!r} is not one of: {', '.join(DATA_VERSIONS)}")
+    return data
+
+
+def mixture_shares(overrides: Mapping[str, float] | None = None, data: str = "shipped") -> dict[str, float]:
+    """The data version's shares (``MIXTURE`` or ``GRAMMAR_MIXTURE``) with some tasks' shares replaced
+    (``overrides``), normalised to sum to 1."""
+    base_shares = BASE_SHARES[check_data(data)]
+    shares = {**base_shares, **(overrides or {})}
+    unknown = sorted(set(shares) - set(base_shares))
     if unknown:
-        raise CanvaslabError(f"mixture: no task {unknown[0]!r} (tasks: {', '.join(MIXTURE)})")
+        raise CanvaslabError(f"mixture: no task {unknown[0]!r} (tasks: {', '.join(base_shares)})")
     bad = [task for task, share in shares.items() if not (math.isfinite(share) and share >= 0)]
     if bad:
         raise CanvaslabError(f"mixture: the share of {bad[0]} must be a finite number >= 0, not {shares[bad[0]]}")
@@ -43,7 +61,7 @@ def mixture_shares(overrides: Mapping[str, float] | None = None) -> dict[str, fl
     return {task: share / total for task, share in shares.items()}
 
 
-def parse_shares(text: str) -> dict[str, float]:
+def parse_shares(text: str, data: str = "shipped") -> dict[str, float]:
     """``"add3=0.27,fact=0.1"`` as ``{"add3": 0.27, "fact": 0.1}`` (checked by ``mixture_shares``)."""
     overrides = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -54,7 +72,7 @@ def parse_shares(text: str) -> dict[str, float]:
             overrides[task.strip()] = float(value)
         except ValueError:
             raise CanvaslabError(f"mixture: {item!r} is not TASK=SHARE") from None
-    mixture_shares(overrides)
+    mixture_shares(overrides, data)
     return overrides
 
 
@@ -80,15 +98,19 @@ class AnswerStyle:
 
 
 # The style of the shipped `mini` and of the texts its tokenizer was trained on (pinned: the default may change).
-RUN4_STYLE = AnswerStyle(sum_format="plain")
+TOKENIZER_STYLE = AnswerStyle(sum_format="plain")
 
 
 class Mixture:
     """Generators for every task; prose needs the passage file written by ``prepare_passages``. ``shares``
-    (``mixture_shares``'s overrides) changes how often training draws each task, never the held-out examples."""
+    (``mixture_shares``'s overrides) changes how often training draws each task, never the held-out examples.
+    ``data``: the data version (``DATA_VERSIONS``); under ``grammar`` the training generators and the in-template
+    held-out split (``heldout``) are the grammar's, the held-out templates the same as ever. (The grammar writes
+    its own sums, so ``style.sum_format`` does not apply to it.)"""
 
     def __init__(self, passages: Path | str | None, style: AnswerStyle = AnswerStyle(),
-                 shares: Mapping[str, float] | None = None) -> None:
+                 shares: Mapping[str, float] | None = None, data: str = "shipped") -> None:
+        self.data = check_data(data)
         self.makers: dict[str, Callable[[random.Random], Example]] = {
             "add2": lambda rng: arithmetic.addition(rng, 2, style.sum_format),
             "add3": lambda rng: arithmetic.addition(rng, 3, style.sum_format),
@@ -98,7 +120,7 @@ class Mixture:
             "json": structured.json_object,
             "code": code.python_function,
         }
-        texts = None
+        texts, answers = None, None
         if passages is not None:
             texts = prose.load_passages(str(passages))
             answers = None if style.prose_answers is None else prose.load_answers(
@@ -106,9 +128,11 @@ class Mixture:
             self.makers["prose"] = lambda rng: prose.continuation(rng, texts, answers)
         elif style.prose_answers is not None:
             raise CanvaslabError("prose answers need the passages they were written for")
+        if data == "grammar":
+            self.makers = grammar.makers(texts, answers)
         # without overrides the shares are MIXTURE's own numbers, so earlier runs' pools are drawn bit for bit
-        every_share = mixture_shares(shares) if shares else MIXTURE
-        self.tasks = [task for task in MIXTURE if task in self.makers and every_share[task] > 0]
+        every_share = mixture_shares(shares, data) if shares else BASE_SHARES[data]
+        self.tasks = [task for task in BASE_SHARES[data] if task in self.makers and every_share[task] > 0]
         self.weights = [every_share[task] for task in self.tasks]
         # the held-out templates' generators: never in ``makers``, so ``sample`` cannot reach them
         self._template_makers = heldout_templates.makers(texts)
@@ -141,4 +165,4 @@ class Mixture:
         return heldout_templates.examples(task, n, seed, self._template_makers)
 
 
-__all__ = ["EVAL_TASKS", "MIXTURE", "RUN4_STYLE", "AnswerStyle", "Example", "Mixture", "split_of"]
+__all__ = ["DATA_VERSIONS", "EVAL_TASKS", "GRAMMAR_MIXTURE", "MIXTURE", "TOKENIZER_STYLE", "AnswerStyle", "Example", "Mixture", "split_of"]
