@@ -28,8 +28,8 @@ PASSAGES = [f"Passage number {i} opens with this sentence about the harbour. It 
             f"item {i}, long enough to be a real continuation of the opening one." for i in range(200)]
 SAMPLES = 20_000
 
-# sha256 of the shipped generators' examples below, computed on the code before the grammar version existed
-# (commit 872cb4f, `python hash_now.py` with this same procedure): the shipped `mini`'s data must not move.
+# sha256 of the shipped generators' examples below, computed by this same procedure on the code before the grammar
+# version existed (commit 872cb4f): the shipped `mini`'s data must not move.
 SHIPPED_EXAMPLES_SHA256 = "6edb14df8523836cfff92a90c681043da99454b66a2848e13e5838eabe10cd27"
 
 
@@ -85,7 +85,8 @@ def test_grammar_examples_are_seeded(passages, mixture):
 
 
 def test_the_data_version_and_its_shares_are_checked(passages):
-    with pytest.raises(CanvaslabError, match="data version"):
+    # (the wording of every other choice, ``choices.one_of``)
+    with pytest.raises(CanvaslabError, match="^data version 'grammer': must be one of shipped, grammar$"):
         Mixture(passages, data="grammer")
     assert parse_shares("add_widths=0.1", "grammar") == {"add_widths": 0.1}
     with pytest.raises(CanvaslabError, match="no task 'add_widths'"):
@@ -108,6 +109,28 @@ def test_split_discipline_holds(mixture, training, passages):
         assert not {e.prompt for e in shipped.heldout(task, 100)} & train_prompts, task
     for task in ("add2", "add3"):
         assert not {e.key for e in shipped.heldout(task, 100)} & train_keys
+
+
+def test_a_word_problem_that_rebuilds_a_shipped_story_keeps_its_shipped_split(monkeypatch):
+    """The parts can rebuild a shipped story word for word (rarely: the parts are narrowed here to make it common);
+    such a prompt is trained only where the shipped data trains it."""
+    from canvaslab.training.tasks import arithmetic
+
+    monkeypatch.setattr(grammar, "PERSON_SETUPS", ("{n} has {a} {i}.",))
+    monkeypatch.setattr(grammar, "PERSON_GAINS", ("{n} gets {b} more.",))
+    monkeypatch.setattr(grammar, "PERSON_QUESTIONS", {**grammar.PERSON_QUESTIONS,
+                                                      "gain": ("How many {i} does {n} have now?",)})
+    monkeypatch.setattr(words, "PEOPLE", arithmetic.NAMES)
+    monkeypatch.setattr(words, "ITEMS", arithmetic.ITEMS)
+    story = re.compile(r"(\w+) has (\d+) (\w+)\. \1 gets (\d+) more\. How many \3 does \1 have now\?")
+    rng, rebuilt = random.Random(0), 0
+    for _ in range(5000):
+        e = draw(grammar.word_problem, rng, "train")
+        if (match := story.fullmatch(e.prompt)) is not None:
+            name, a, item, b = match.groups()
+            rebuilt += 1
+            assert split_of(f"word:gain0:{name}:{item}:{a}:{b}") == "train", e.prompt
+    assert rebuilt > 10
 
 
 # ---- held out, yet reachable -------------------------------------------------------------------------------------
@@ -321,6 +344,10 @@ def test_the_cli_takes_the_data_version_and_refuses_an_unknown_one(tmp_path):
     result = subprocess.run([*run, "--out", str(tmp_path / "new"), "--device", "cpu", "--data", "shipped",
                              "--mixture", "add_widths=0.2"], capture_output=True, text=True)
     assert result.returncode == 2 and "no task 'add_widths'" in result.stderr
+    result = subprocess.run([*run, "--out", str(tmp_path / "new"), "--device", "cpu", "--data", "grammar",
+                             "--sum-format", "padded"], capture_output=True, text=True)
+    assert result.returncode == 2 and "--sum-format padded" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "new").exists()
     help_text = subprocess.run([*run, "--help"], capture_output=True, text=True,
                                env={"COLUMNS": "250", "TERMINAL_WIDTH": "250", "PATH": ""}).stdout
     assert "--data" in help_text

@@ -164,8 +164,11 @@ def train(
         raise CanvaslabError(f"--tokenizer {tokenizer_dir}: no tokenizer.json there (make one with `canvaslab mini tokenizer`)")
     if compile_parts not in ("", "layers", "leaves"):
         raise CanvaslabError(f"--compile {compile_parts!r}: choose 'layers' or 'leaves'")
+    if check_data(data) == "grammar" and sum_format != AnswerStyle.sum_format:
+        raise CanvaslabError(f"--sum-format {sum_format}: the grammar data writes its own worked sums; leave it out "
+                             "with --data grammar")
     answers = AnswerStyle(sum_format, checked_answers_file(prose_answers, passages_file))
-    shares = tuple(parse_shares(mixture, check_data(data)).items())
+    shares = tuple(parse_shares(mixture, data).items())
     resolve_device(device)
     settings = TrainSettings(steps=steps, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
                              warmup_steps=min(100, steps // 10 + 1))

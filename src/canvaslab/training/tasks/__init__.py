@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from canvaslab.choices import DATA_VERSIONS
+from canvaslab.choices import DATA_VERSIONS, one_of
 from canvaslab.errors import CanvaslabError
 from canvaslab.training.tasks import arithmetic, code, grammar, heldout_templates, knowledge, prose, structured
 from canvaslab.training.tasks.base import Example, draw, split_of
@@ -39,9 +39,8 @@ BASE_SHARES = {"shipped": MIXTURE, "grammar": GRAMMAR_MIXTURE}
 
 
 def check_data(data: str) -> str:
-    if data not in DATA_VERSIONS:
-        raise CanvaslabError(f"data version {data!r} is not one of: {', '.join(DATA_VERSIONS)}")
-    return data
+    """``data`` if it is a data version (``DATA_VERSIONS``)."""
+    return one_of("data version", data, DATA_VERSIONS)
 
 
 def mixture_shares(overrides: Mapping[str, float] | None = None, data: str = "shipped") -> dict[str, float]:

@@ -15,8 +15,10 @@ composition that happens to rebuild one is drawn again. Code behaviours are comp
 a composition equal, on every test input, to a held-out behaviour with any constant is drawn again. Sums of two
 different widths are trained only where one operand has 4 digits (``WIDTHS``); the held-out ones (1-3 digits)
 are reached through the same column-by-column answer. Split keys: sums and word problems by their operands
-(``add:a+b`` as in the shipped data, so a held-out pair is held out in either version), facts by phrasing,
-JSON by key set, code by behaviour, prose by passage (the shipped keys).
+(``add:a+b`` as in the shipped data, so a held-out pair is held out in either version; a story that rebuilds a
+shipped one word for word by its shipped key, ``SHIPPED_STORIES``), facts by phrasing, JSON by key set, code by
+its expression (one behaviour written two ways, ``x * 18`` and ``x * 2 * 9``, may fall in both splits, as a shipped
+behaviour does under two names), prose by passage (the shipped keys).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from canvaslab.training.tasks import base, heldout_templates, knowledge, prose, words
+from canvaslab.training.tasks import arithmetic, base, heldout_templates, knowledge, prose, words
 from canvaslab.training.tasks.base import TRAIN_ONLY, Example
 
 # ---- the held-out guard ----------------------------------------------------------------------------------------
@@ -222,6 +224,11 @@ PLACE_QUESTIONS = {"gain": ("How many {i} are in the {p} now?", "How many {i} do
                             "What is the number of {i} in the {p}?"),
                    "loss": ("How many {i} are left in the {p}?", "How many {i} remain in the {p}?",
                             "How many {i} does the {p} still hold?")}
+# The shipped stories the parts above can rebuild word for word, by their shipped story id (``arithmetic``): such a
+# story keeps its shipped key, so that the shipped held-out stories stay held out here too
+SHIPPED_STORIES = {story: f"{kind}{index}" for kind, stories in (("gain", arithmetic.GAIN_STORIES),
+                                                                  ("loss", arithmetic.LOSS_STORIES))
+                   for index, story in enumerate(stories)}
 
 
 def _word_make(rng: random.Random) -> tuple[Example, str]:
@@ -237,14 +244,17 @@ def _word_make(rng: random.Random) -> tuple[Example, str]:
     else:
         setup, event = rng.choice(PLACE_SETUPS), rng.choice(PLACE_GAINS if kind == "gain" else PLACE_LOSSES)
         question = rng.choice(PLACE_QUESTIONS[kind])
-    story = " ".join((setup, event, question)).format(n=name, i=item, p=place, a=a, b=b)
+    template = " ".join((setup, event, question))
+    story = template.format(n=name, i=item, p=place, a=a, b=b)
     story = story[0].upper() + story[1:]
     prompt, _, _ = wrap(rng, story)
     if kind == "gain":
         total, answer = a + b, f"We add: {a} + {b}, column by column:\n{worked_sum(a, b)}"
     else:
         total, answer = a - b, f"We subtract: {a} - {b}, column by column:\n{worked_difference(a, b)}"
-    return Example("word", "math", f"word:{kind}:{a}:{b}", prompt, answer, {"answer": str(total)}), prompt
+    key = (f"word:{SHIPPED_STORIES[template]}:{name}:{item}:{a}:{b}" if template in SHIPPED_STORIES
+           else f"word:{kind}:{a}:{b}")
+    return Example("word", "math", key, prompt, answer, {"answer": str(total)}), prompt
 
 
 word_problem = _unreached(_word_make)
