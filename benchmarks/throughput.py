@@ -5,7 +5,9 @@ alternation (one call of each in turn, ``--repeats`` rounds after a warm-up roun
 the host's load hits every mode alike; medians are reported. Two numbers per mode: whole generate calls at
 ``--steps`` passes (``ms_per_row_step``, ``vs_stock``), and one denoising pass (``pass_ms_per_row_step``,
 ``pass_vs_stock``): calls at ``--steps`` and ``2 x --steps`` passes differenced by the decoder passes they
-ran, free of per-call costs (prompt encoding, set-up). Modes are compared within one run only.
+ran, free of per-call costs (prompt encoding, set-up). Modes are compared within one run only. A third,
+``steady_pass_ms_per_row_step``: the median interval between consecutive passes of the long calls from the fourth
+pass on (replay to replay for the fused step; ``--steps`` of 3 or more), free of the graph capture's cost too.
 
 ``invariant:eager`` is invariant mode with the fused step's CUDA graphs off; ``invariant:compiled`` runs
 transformers' compiled static-cache path with canvaslab's backend (its warm-up round compiles).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -54,17 +57,18 @@ def graphs_as_in(mode: str, model=None):
 @contextlib.contextmanager
 def decoder_passes(model):
     """Counts, in the block, the denoising passes generate ran (``[0]``: the sampler's renoising, which every
-    pass calls outside the model) and the passes replayed from a CUDA graph (``[1]``: calls of a captured
-    pass). Nothing is hooked into the model: compiled code traces a module's hooks once and would keep a
-    stale one."""
+    pass calls outside the model), the passes replayed from a CUDA graph (``[1]``: calls of a captured
+    pass) and the clock at each renoising (``[2]``). Nothing is hooked into the model: compiled code traces a
+    module's hooks once and would keep a stale one."""
     from canvaslab.generation.fused_step import CapturedPass
     from canvaslab.generation.sampler import RowKeyedSampler
 
-    counter = [0, 0]
+    counter = [0, 0, []]
     original, replay = RowKeyedSampler.renoise_canvas, CapturedPass.__call__
 
     def counted(self, *args, **kwargs):
         counter[0] += 1
+        counter[2].append(time.perf_counter())  # generate reads a flag back every pass: the GPU has caught up
         return original(self, *args, **kwargs)
 
     def replayed(self, *args, **kwargs):
@@ -78,6 +82,13 @@ def decoder_passes(model):
         RowKeyedSampler.renoise_canvas, CapturedPass.__call__ = original, replay
 
 
+# The first passes of a canvas are not its steady state: the fused step runs two eagerly and captures its CUDA graph
+# at the third, a capture whose cost varies by tens of milliseconds from call to call (as much as several passes at
+# B=1, which is why the differenced figure is unstable there). Intervals between renoisings from the fourth on
+# are replay to replay.
+STEADY_FROM = 3
+
+
 def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: int) -> list[dict]:
     """Every mode at one batch size: generate timed at ``steps`` and ``2 * steps`` denoising passes.
 
@@ -89,6 +100,7 @@ def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: 
     seconds = {(mode, passes): [] for mode in modes for passes in (steps, 2 * steps)}
     passes_run = {key: set() for key in seconds}
     replayed = {key: set() for key in seconds}
+    steady = {mode: [] for mode in modes}  # pass-to-pass intervals of the long calls, from the fourth pass on
     peak_bytes = dict.fromkeys(modes, 0)
     cuda = loaded.device.type == "cuda"
     for attempt in range(repeats + 1):  # round 0 is a warm-up (Triton compiles, caches fill)
@@ -104,6 +116,8 @@ def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: 
             replayed[mode, passes].add(counter[1])
             if attempt:
                 seconds[mode, passes].append(elapsed)
+                if passes == 2 * steps:
+                    steady[mode] += [b - a for a, b in zip(counter[2][STEADY_FROM:], counter[2][STEADY_FROM + 1:])]
     rows = []
     for mode in modes:
         counts = passes_run[mode, steps], passes_run[mode, 2 * steps]
@@ -122,6 +136,8 @@ def batch_throughput(loaded, modes: list[str], batch: int, steps: int, repeats: 
                      "decoder_passes_at_double_steps": long_passes, "seconds_at_double_steps": long,
                      "all_seconds_at_double_steps": seconds[mode, 2 * steps],
                      "pass_canvas_tokens_per_s": batch * 256 / per_pass, "pass_ms_per_row_step": 1000 * per_pass / batch,
+                     "steady_pass_ms_per_row_step": 1000 * statistics.median(steady[mode]) / batch
+                     if steady[mode] else None, "steady_intervals": len(steady[mode]),
                      "peak_memory_gib": peak_bytes[mode] / 2 ** 30 if cuda else None})
     return rows
 

@@ -113,10 +113,12 @@ def tiny_run(tmp_path_factory, passages) -> Path:
 def smoke_throughput(tmp_path, request):
     out = tmp_path / "throughput.json"
     python("throughput.py", "--model", "tiny", "--device", "cpu", "--batch-sizes", "1", "--modes", "stock,invariant",
-           "--steps", "1", "--repeats", "1", "--out", str(out))
+           "--steps", "3", "--repeats", "1", "--out", str(out))
     rows = read(out, "environment", "runs")["runs"]
     assert [row["mode"] for row in rows] == ["stock", "invariant"]
     assert {"ms_per_row_step", "pass_ms_per_row_step", "vs_stock", "pass_vs_stock"} <= set(rows[0])
+    # the long calls run 6 passes: the intervals after the fourth and fifth pass are the steady ones
+    assert all(row["steady_intervals"] == 2 and row["steady_pass_ms_per_row_step"] > 0 for row in rows)
 
 
 def smoke_needle(tmp_path, request):
