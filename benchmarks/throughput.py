@@ -68,7 +68,7 @@ def decoder_passes(model):
 
     def counted(self, *args, **kwargs):
         counter[0] += 1
-        counter[2].append(time.perf_counter())  # generate reads a flag back every pass: the GPU has caught up
+        counter[2].append(time.perf_counter())  # generate reads a flag back every pass: stamps are a pass apart
         return original(self, *args, **kwargs)
 
     def replayed(self, *args, **kwargs):
@@ -83,9 +83,9 @@ def decoder_passes(model):
 
 
 # The first passes of a canvas are not its steady state: the fused step runs two eagerly and captures its CUDA graph
-# at the third, a capture whose cost varies by tens of milliseconds from call to call (as much as several passes at
-# B=1, which is why the differenced figure is unstable there). Intervals between renoisings from the fourth on
-# are replay to replay.
+# at the third. Whole calls also vary by tens of milliseconds from call to call (as much as several passes at B=1,
+# which is why the differenced figure is unstable there). Intervals between renoisings from the fourth on are
+# replay to replay (the one from the third, after the graph's first replay, is left out too).
 STEADY_FROM = 3
 
 
