@@ -255,9 +255,6 @@ def test_a_commit_order_study_into_another_plans_folder_is_refused(op_scan_folde
     assert open_results(op_scan_folder).study == "op_scan"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "the commit-order plan encodes its prompts with the model's tokenizer, so CommitOrderStudy.run loads the "
-    "model before the folder's plan is checked (as order-study did before the API)"))
 def test_a_commit_order_study_is_refused_before_the_model_loads(op_scan_folder, no_model_load):
     plan = CommitOrderStudy(regimes="math", seeds=1, prompts_per_regime=1, steps=2, max_new_tokens=16, bootstrap=0)
     with pytest.raises(CanvaslabError, match="holds a study with another plan"):

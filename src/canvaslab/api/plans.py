@@ -232,8 +232,10 @@ class CommitOrderStudy(_Plan):
                 return dataclasses.replace(self._run(Path(scratch), engine, progress), folder=None)
         from canvaslab.models import load_model
         from canvaslab.scoring.probes import load_probe_suite
-        from canvaslab.studies.commit_order.study import run_order_study
+        from canvaslab.studies.commit_order.study import OrderStudy, run_order_study
+        from canvaslab.studies.engine.plan import check_registered_study
 
+        check_registered_study(out, OrderStudy.name)  # the whole plan needs the tokenizer: checked after loading
         probes = load_probe_suite(list(self.regimes), self.split, self.prompts_per_regime, suite=self.suite)
         loaded = load_model(self.model, dtype=self.dtype, device=self.device, layers=self.layers,
                             seed=self.model_seed)

@@ -153,6 +153,18 @@ def check_registered(folder: Path | None, study: str, plan: dict[str, Any]) -> b
     return True
 
 
+def check_registered_study(folder: Path | None, study: str) -> None:
+    """Refuse (one line) a folder whose registered plan is another study's. For studies whose plan can only be
+    built with the model's tokenizer (the commit-order study encodes its prompts), this is what can be checked
+    before the model loads; ``check_registered`` compares the whole plan once it is built."""
+    if folder is None:
+        return
+    registered = registered_plan(Path(folder))
+    if registered is not None and registered.get("study") != study:
+        raise CanvaslabError(f"{folder} holds a study with another plan: study {_change(registered.get('study'), study)}; "
+                             "give another folder, or --fresh to start over (the old folder is kept under a new name)")
+
+
 def register(folder: Path, study: str, plan: dict[str, Any]) -> str:
     """Write the plan before any unit runs, or check it against the one registered; returns its sha256.
 
