@@ -60,6 +60,6 @@ def serve(
                   "Ctrl-C or SIGTERM answers the requests in flight, then stops")
     try:
         serve_forever(create_app(engine), sock)
-    except KeyboardInterrupt:  # a second Ctrl-C while draining
+    except KeyboardInterrupt:  # a second Ctrl-C while draining (a graceful stop returns)
         console.print("stopped without waiting for the requests in flight")
         raise typer.Exit(130) from None

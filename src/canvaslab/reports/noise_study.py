@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
+from canvaslab.choices import NOISE_CHECK_DESIGNS
 from canvaslab.reports.names import plain
 from canvaslab.terminal import printable
 
@@ -39,13 +40,20 @@ def _row(effect: dict[str, Any]) -> list[str]:
             _number(effect["tost_p"], 3), printable(effect["verdict"])]
 
 
+def _check_note(report: dict[str, Any]) -> str:
+    """Designs sized to test the machinery answer like studies; say that they are not."""
+    design = report.get("design")
+    return f" (design {design}: a check of the machinery, not a study)" if design in NOISE_CHECK_DESIGNS else ""
+
+
 def noise_study_table(report: dict[str, Any]) -> Table:
     conclusion = report["conclusion"]
     table = Table(title=plain(printable(
         f"unused-token noise study, plan {report['plan_hash'][:12]}: {report['conditions_run']}/"
         f"{report['conditions_total']} conditions; unused tokens act as masks? "
         # the decision rule is for the whole design: a partial run's answer is provisional
-        f"{conclusion['answer']}{'' if report['complete'] else ' (interim, design incomplete)'}")))
+        f"{conclusion['answer']}{'' if report['complete'] else ' (interim, design incomplete)'}"
+        f"{_check_note(report)}")))
     columns = ("comparison", "outcome", "prompts" if report.get("unit") == "prompt" else "pairs", "mean diff", f"{report['effects'][0]['ci_level']:.0%} CI", "margin",
                "TOST p", "verdict")
     rows = [_row(effect) for effect in report["effects"]]

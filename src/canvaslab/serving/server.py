@@ -1,12 +1,16 @@
 """Running the app under uvicorn: in the foreground (``canvaslab serve``) or in a thread (tests, benchmarks).
 
 In the foreground uvicorn handles SIGTERM and Ctrl-C: it stops accepting connections, waits for every request
-in flight (streams included) to be answered, then the app's lifespan stops the engine.
+in flight (streams included) to be answered, then the app's lifespan stops the engine. Having drained, uvicorn
+raises the signal it caught once more, under the handlers that were there before it ran (so that a parent sees
+how its child ended); ``serve_forever`` takes that echo as the end of a graceful stop and returns. Only a second
+Ctrl-C while draining (uvicorn's forced exit) comes out as ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import threading
 import time
@@ -33,12 +37,29 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Stopped(Exception):
+    """SIGTERM raised again by uvicorn after it drained (see the module)."""
+
+
+def _stopped(signum, frame) -> None:
+    raise _Stopped
+
+
 def serve_forever(app, sock: socket.socket, log_level: str = "info") -> None:
-    """Serve ``app`` on ``sock`` until SIGTERM or Ctrl-C, then drain and return."""
+    """Serve ``app`` on ``sock`` until SIGTERM or Ctrl-C, then drain and return; a second Ctrl-C while draining
+    raises ``KeyboardInterrupt`` (the requests in flight were not all answered). Call it from the main thread."""
     import uvicorn
 
     config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=None)
-    uvicorn.Server(config).run(sockets=[sock])
+    server = uvicorn.Server(config)
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        server.run(sockets=[sock])
+    except (_Stopped, KeyboardInterrupt):
+        if server.force_exit:
+            raise KeyboardInterrupt from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager

@@ -434,6 +434,9 @@ def test_report_of_a_finished_folder_is_what_the_run_wrote(uninterrupted, tmp_pa
     (directory / REPORT_FILE).unlink()
     report = report_noise_study(directory)
     assert report["complete"] is True and "interim" not in noise_study_table(report).title
+    # a toy design answers like a study: the title says it is not one
+    assert report["design"] == "small" and "a check of the machinery, not a study" in noise_study_table(report).title
+    assert "not a study" not in noise_study_table({**report, "design": "default"}).title
     assert (directory / REPORT_FILE).read_bytes() == (uninterrupted / REPORT_FILE).read_bytes()
 
 

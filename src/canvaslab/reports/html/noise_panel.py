@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from canvaslab.choices import NOISE_CHECK_DESIGNS
 from canvaslab.reports.html import figures
 from canvaslab.reports.html.markup import column, esc, number, table
 from canvaslab.reports.readers.noise_study import NoiseStudy
@@ -112,7 +113,10 @@ def noise_column(study: NoiseStudy, key: str, title: str, figs: figures.FigureSe
     conclusion = report.get("conclusion", {})
     safeguard = report.get("safeguard", {})
     match = {None: "no plan.sha256 beside it", True: "matches plan.sha256", False: "DOES NOT match plan.sha256"}
-    body = [f'<p><strong>Unused tokens act as masks? {esc(conclusion.get("answer"))}</strong>: {esc(conclusion.get("text"))}</p>',
+    check = (f' (design {esc(report.get("design"))}: a check of the machinery, not a study)'
+             if report.get("design") in NOISE_CHECK_DESIGNS else "")
+    body = [f'<p><strong>Unused tokens act as masks? {esc(conclusion.get("answer"))}{check}</strong>: '
+            f'{esc(conclusion.get("text"))}</p>',
             table(("", ""), [
                 ("plan hash (sha256)", f"{report.get('plan_hash', '-')} ({match[study.plan_hash_matches]})"),
                 ("conditions run", f"{report.get('conditions_run', '-')} / {report.get('conditions_total', '-')}"),
