@@ -8,7 +8,7 @@ types, function behaviours, sum widths). Everything is a pure function of the se
 file.
 
 Two data versions (``DATA_VERSIONS``): ``shipped``, the generators the shipped `mini` was trained on (its examples
-stay byte for byte the same), and ``grammar`` (``grammar``: every task composed of many independent parts, worked
+stay byte for byte the same), and ``grammar`` (``tasks.grammar``: every task composed of many independent parts, worked
 math answers, and one more training task, ``add_widths``: sums of other operand widths).
 """
 
@@ -32,7 +32,6 @@ MIXTURE: dict[str, float] = {
     "json": 0.12, "code": 0.12, "prose": 0.18,
 }
 
-# The data versions: ``shipped`` (the shipped `mini`'s generators) and ``grammar`` (``tasks.grammar``)
 # The grammar version's shares: MIXTURE's, and sums of the operand widths add2 and add3 leave out
 GRAMMAR_MIXTURE: dict[str, float] = {**MIXTURE, "add_widths": 0.06}
 BASE_SHARES = {"shipped": MIXTURE, "grammar": GRAMMAR_MIXTURE}
