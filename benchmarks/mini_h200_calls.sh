@@ -30,7 +30,7 @@
 # --prompts-per-regime 20), SIBLING (beside: both models train at once; after: the sibling starts when the
 # diffusion model is done; keep: no sibling is trained, the installed mini-ar serves; none: no sibling, no
 # order study), RESUME_FROM (a folder of the resume-KIND/ folders an earlier call packed, for a cold machine),
-# SUM_FORMAT (the training default), MIXTURE (overrides of the tasks' shares, e.g. add3=0.27,fact=0.10),
+# SUM_FORMAT (the training default), DATA (the data version, shipped or grammar: canvaslab.training.tasks), MIXTURE (overrides of the tasks' shares, e.g. add3=0.27,fact=0.10),
 # TOKENIZER (a tokenizer folder from `canvaslab mini tokenizer` instead of the shipped one), PROSE_ANSWERS (a
 # teacher's prose answers, `canvaslab mini distill`, that both models train on instead of the passages' own),
 # EVAL_TASKS (the tasks evaluated after training, default add2,add3,word,fact,json,prose), EVAL_PER_TASK
@@ -41,7 +41,7 @@ usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; }
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then usage; exit 0; fi
 if [ $# -lt 4 ]; then usage >&2; exit 2; fi
 invocation=()  # the manifest's command: the settings given, then the call
-for name in DEVICE BATCH EXAMPLES LR STEPS COMPILE NOISE_PROCS ORDER_ARGS SIBLING RESUME_FROM SUM_FORMAT MIXTURE \
+for name in DEVICE BATCH EXAMPLES LR STEPS COMPILE NOISE_PROCS ORDER_ARGS SIBLING RESUME_FROM SUM_FORMAT DATA MIXTURE \
             TOKENIZER PROSE_ANSWERS EVAL_TASKS EVAL_PER_TASK STUDIES TINY; do
   [ -n "${!name+set}" ] && invocation+=("$name=${!name}")
 done
@@ -61,8 +61,13 @@ sys.exit(sys.argv[1] not in F)' "$SUM_FORMAT" 2>/dev/null; then
   echo "SUM_FORMAT '$SUM_FORMAT' is not a sum format of canvaslab.training.tasks.arithmetic (or canvaslab is not importable)" >&2
   exit 2
 fi
+if [ -n "${DATA:-}" ] && ! python -c 'import sys; from canvaslab.training.tasks import check_data
+check_data(sys.argv[1])' "$DATA" 2>/dev/null; then
+  echo "DATA '$DATA' is not a data version of canvaslab.training.tasks (or canvaslab is not importable)" >&2
+  exit 2
+fi
 if [ -n "${MIXTURE:-}" ] && ! python -c 'import sys; from canvaslab.training.tasks import parse_shares
-parse_shares(sys.argv[1])' "$MIXTURE" 2>/dev/null; then
+parse_shares(*sys.argv[1:])' "$MIXTURE" "${DATA:-shipped}" 2>/dev/null; then
   echo "MIXTURE '$MIXTURE' is not a list of TASK=SHARE overrides (or canvaslab is not importable)" >&2
   exit 2
 fi
@@ -113,7 +118,7 @@ train() {  # train KIND OUT_FOLDER EVAL_MODEL EXTRA...
       --lr "${LR:-7e-4}" --examples "${EXAMPLES:-600000}" --steps "${STEPS:-20000}" --device "$device" \
       --compile "${COMPILE-leaves}" --checkpoint-dir "$state/ckpt" --stop-after "$stop_after" $tiny \
       --portable-dir "$state/portable" \
-      ${SUM_FORMAT:+--sum-format "$SUM_FORMAT"} ${MIXTURE:+--mixture "$MIXTURE"} ${TOKENIZER:+--tokenizer "$TOKENIZER"} \
+      ${SUM_FORMAT:+--sum-format "$SUM_FORMAT"} ${DATA:+--data "$DATA"} ${MIXTURE:+--mixture "$MIXTURE"} ${TOKENIZER:+--tokenizer "$TOKENIZER"} \
       ${PROSE_ANSWERS:+--prose-answers "$PROSE_ANSWERS"} "$@"
 }
 if [ ! -f "$state/d/training.json" ]; then

@@ -33,12 +33,12 @@ import torch
 from transformers import Gemma4ForCausalLM
 
 from canvaslab.environment import environment_fingerprint, record_result
-from canvaslab.io import write_json_atomic
+from canvaslab.io import read_json, write_json_atomic
 from canvaslab.models import load_model
 from canvaslab.models.registry import baseline_of, model_folder
 from canvaslab.training.evaluate import answer_causal, answer_diffusion, summarize
 from canvaslab.training.run import MINI_GENERATION, load_tokenizer
-from canvaslab.training.tasks import EVAL_TASKS, Mixture
+from canvaslab.training.tasks import DATA_VERSIONS, EVAL_TASKS, Mixture
 
 SPLITS = ("in_template", "heldout_template")
 SPLIT_MEANS = {
@@ -60,6 +60,17 @@ def model_labels(args: argparse.Namespace) -> dict[str, str]:
     if args.run is not None:
         return {"diffusion": f"{args.run}/diffusion", "autoregressive": f"{args.run}/autoregressive"}
     return {"diffusion": args.installed, "autoregressive": baseline_of(args.installed)}
+
+
+def data_version(args: argparse.Namespace) -> str:
+    """``--data``, else the run's own (its training.json's ``data``), else the shipped version: the in-template
+    split is drawn from the generators the models were trained on."""
+    if args.data:
+        return args.data
+    training = args.run / "training.json" if args.run is not None else None
+    if training is not None and training.is_file():
+        return read_json(training).get("data", "shipped")
+    return "shipped"
 
 
 def split_examples(mixture: Mixture, split: str, per_task: int, seed: int, tasks: tuple[str, ...],
@@ -146,6 +157,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="rows per generate call")
     parser.add_argument("--tasks", default="", help="comma-separated subset of the tasks (default all; add_mixed "
                         "has held-out templates only)")
+    parser.add_argument("--data", default="", choices=("", *DATA_VERSIONS),
+                        help="the data version whose in-template split is drawn (default: a --run's own, else shipped)")
     parser.add_argument("--out", type=Path, required=True, help="JSON result file")
     args = parser.parse_args()
     models = tuple(args.models.split(","))
@@ -155,10 +168,11 @@ def main() -> None:
         parser.error(f"--models takes diffusion, autoregressive; --splits takes {', '.join(SPLITS)}")
     folders, labels = model_folders(args), model_labels(args)
 
-    mixture = Mixture(args.passages)
+    data = data_version(args)
+    mixture = Mixture(args.passages, data=data)
     examples = {split: split_examples(mixture, split, args.per_task, args.seed, tasks, args.prose_per_task)
                 for split in splits}
-    result = {"per_task": args.per_task, "seed": args.seed, "prose_per_task": args.prose_per_task,
+    result = {"per_task": args.per_task, "seed": args.seed, "prose_per_task": args.prose_per_task, "data": data,
               "dtype": args.dtype, "device": args.device, "generation": MINI_GENERATION, "splits": list(splits),
               "split_means": {s: SPLIT_MEANS[s] for s in splits}, "models": {m: labels[m] for m in models},
               "samples": {}, "answers": {}, "failures": {}, "seconds": {}}

@@ -33,7 +33,7 @@ from canvaslab.training.card import write_card
 from canvaslab.training.loop import TrainSettings, TrainingPaused
 from canvaslab.training.objective import SELF_CONDITIONING_CANVASES
 from canvaslab.training.run import RunSpec, evaluate_models, train_models
-from canvaslab.training.tasks import AnswerStyle, parse_shares
+from canvaslab.training.tasks import DATA_VERSIONS, AnswerStyle, parse_shares
 from canvaslab.training.tasks.arithmetic import SUM_FORMATS
 from canvaslab.training.tasks.prose import checked_answers_file
 
@@ -107,6 +107,8 @@ def main() -> None:
                         "resume from it where the checkpoint is missing (canvaslab.training.portable)")
     parser.add_argument("--sum-format", default=AnswerStyle.sum_format, choices=SUM_FORMATS,
                         help="how addition answers write sums (canvaslab.training.tasks.arithmetic)")
+    parser.add_argument("--data", default="shipped", choices=DATA_VERSIONS,
+                        help="the data version trained on and evaluated in-template (canvaslab.training.tasks)")
     parser.add_argument("--mixture", default="", help="overrides of the tasks' shares, e.g. add3=0.27,fact=0.10")
     parser.add_argument("--logit-adjustment", action="store_true",
                         help="NoiseSchedule.logit_adjustment: the loss weights no longer bias the predictions")
@@ -142,7 +144,8 @@ def main() -> None:
         raise SystemExit(2)
     spec = RunSpec(args.out, args.passages, settings, device=args.device, examples=args.examples,
                    kinds=tuple(args.kinds.split(",")), compile_parts=args.compile,
-                   answers=AnswerStyle(args.sum_format, prose_answers), shares=tuple(parse_shares(args.mixture).items()),
+                   answers=AnswerStyle(args.sum_format, prose_answers), data=args.data,
+                   shares=tuple(parse_shares(args.mixture, args.data).items()),
                    checkpoint_dir=args.checkpoint_dir, portable_dir=args.portable_dir, tokenizer=args.tokenizer,
                    stop_at=None if args.stop_after is None else time.monotonic() + args.stop_after, **(TINY if args.tiny else {}))
     try:
@@ -157,7 +160,7 @@ def main() -> None:
     if args.eval_per_task:
         try:
             evaluate_models(args.out, args.passages, args.eval_per_task, args.device, log=lambda m: print(m, flush=True),
-                            models=tuple(args.eval_models.split(",")),
+                            models=tuple(args.eval_models.split(",")), data=args.data,
                             tasks=tuple(t for t in args.eval_tasks.split(",") if t))
         except Exception:  # the trained weights and training.json still come back
             traceback.print_exc()

@@ -210,6 +210,7 @@ def smoke_mini_quality(tmp_path, request):
     result = read(out, "per_task", "answers", "diffusion", "autoregressive", "environment", "in_template",
                   "heldout_template", "table", "failures")
     assert [answer["task"] for answer in result["answers"]["diffusion"]] == ["add2"]
+    assert result["data"] == "shipped"  # the run's own data version
     assert [a["task"] for a in result["heldout_template"]["answers"]["autoregressive"]] == ["add2", "add_mixed"]
     assert {(row["split"], row["task"], row["n"]) for row in result["table"]} == {
         ("in_template", "add2", 1), ("heldout_template", "add2", 1), ("heldout_template", "add_mixed", 1)}
@@ -253,11 +254,12 @@ def smoke_mini_h200_calls(tmp_path, request):
     state, pack = tmp_path / "state", tmp_path / "pack"
     run(["bash", str(BENCHMARKS / "mini_h200_calls.sh"), str(state), str(passages), str(pack), "200"], timeout=200,
         TINY="1", DEVICE="cpu", STEPS="2", BATCH="4", EXAMPLES="16", COMPILE="", EVAL_TASKS="add2",
-        EVAL_PER_TASK="1", STUDIES="0")
+        EVAL_PER_TASK="1", STUDIES="0", DATA="grammar")
     for folder, model in (("d", "diffusion"), ("a", "autoregressive")):
-        assert (state / folder / "training.json").is_file()
+        assert json.loads((state / folder / "training.json").read_text())["data"] == "grammar"
         assert list((pack / model).glob("model*.safetensors"))
     assert (pack / "results.tgz").is_file()
+    assert json.loads(next((state / "d").glob("quality_*.json")).read_text())["data"] == "grammar"
     assert "STUDIES=0" in manifested(state)["command"]
 
 
