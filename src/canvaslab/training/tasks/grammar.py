@@ -387,7 +387,7 @@ def _bare(value) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return ", ".join(value[:-1]) + " and " + value[-1] if len(value) > 1 else value[0]
+        return heldout_templates.spoken_list(value)
     return json.dumps(value)
 
 

@@ -166,7 +166,8 @@ class Record:
     cores: tuple[Callable[[dict], str], ...]
 
 
-def _words(value: list[str]) -> str:
+def spoken_list(value: list[str]) -> str:
+    """A list as written in a sentence: "a, b and c"."""
     return ", ".join(value[:-1]) + " and " + value[-1] if len(value) > 1 else value[0]
 
 
@@ -190,7 +191,7 @@ RECORDS = {
         (lambda v: f"Serialize an employee to JSON with team \"{v['team']}\", salary {v['salary']}, remote "
                    f"{_js(v['remote'])} and skills {_js(v['skills'])} (a list of strings).",
          lambda v: f"Someone on the {v['team']} team earns {v['salary']}, works remotely: {_js(v['remote'])}, "
-                   f"and knows {_words(v['skills'])}. Write that out as JSON using the keys team, salary, remote, skills.",
+                   f"and knows {spoken_list(v['skills'])}. Write that out as JSON using the keys team, salary, remote, skills.",
          lambda v: f"employee record in json form -- team: {v['team']}; salary: {v['salary']}; remote: "
                    f"{_js(v['remote'])}; skills: {_js(v['skills'])}")),
     "trip": Record(
