@@ -63,39 +63,48 @@ def _get(url: str) -> bytes:
         return response.read()
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
-def test_a_stop_signal_answers_the_request_in_flight_then_exits_cleanly(stop):
+def _serve_with_a_request_in_flight(steps: int):
+    """A ``canvaslab serve`` process on tiny, and a client thread whose 24-row request is running in a batch."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([sys.executable, "-m", "canvaslab.cli.main", "serve", "--model", "tiny", "--port",
-                                str(port), "--steps", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                assert json.loads(_get(f"{url}/health"))["status"] == "ok"
-                break
-            except OSError:
-                assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1]
-                time.sleep(0.2)
-        answer = {}
+                                str(port), "--steps", str(steps)], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            assert json.loads(_get(f"{url}/health"))["status"] == "ok"
+            break
+        except OSError:
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1]
+            time.sleep(0.2)
+    answer = {}
 
-        def post():
-            request = urllib.request.Request(f"{url}/v1/completions", method="POST",
-                                             data=json.dumps({"model": "tiny", "prompt": "the man said", "n": 24,
-                                                              "seed": 1}).encode(),
-                                             headers={"content-type": "application/json"})
+    def post():
+        request = urllib.request.Request(f"{url}/v1/completions", method="POST",
+                                         data=json.dumps({"model": "tiny", "prompt": "the man said", "n": 24,
+                                                          "seed": 1}).encode(),
+                                         headers={"content-type": "application/json"})
+        try:
             with urllib.request.urlopen(request, timeout=300) as response:
                 answer.update(status=response.status, body=json.loads(response.read()))
+        except OSError as error:
+            answer.update(error=error)
 
-        client = threading.Thread(target=post)
-        client.start()
-        deadline = time.monotonic() + 60
-        while b"canvaslab_running_rows 0.0" in _get(f"{url}/metrics"):  # until its first batch runs
-            assert client.is_alive() and time.monotonic() < deadline
-            time.sleep(0.02)
+    client = threading.Thread(target=post)
+    client.start()
+    deadline = time.monotonic() + 60
+    while b"canvaslab_running_rows 0.0" in _get(f"{url}/metrics"):  # until its first batch runs
+        assert client.is_alive() and time.monotonic() < deadline
+        time.sleep(0.02)
+    return process, client, answer
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_stop_signal_answers_the_request_in_flight_then_exits_cleanly(stop):
+    process, client, answer = _serve_with_a_request_in_flight(steps=2)
+    try:
         process.send_signal(stop)
         client.join(300)
         _, stderr = process.communicate(timeout=120)
@@ -107,3 +116,20 @@ def test_a_stop_signal_answers_the_request_in_flight_then_exits_cleanly(stop):
     # drained: a clean exit, not the signal's status, and not the message of a second Ctrl-C
     assert process.returncode == 0 and "Traceback" not in stderr and "without waiting" not in stderr
     assert "Shutting down" in stderr and "Application shutdown complete" in stderr
+
+
+def test_a_second_ctrl_c_stops_at_once_with_one_line_and_no_traceback():
+    process, client, answer = _serve_with_a_request_in_flight(steps=64)
+    try:
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+        client.join(60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == "stopped without waiting for the requests in flight"
+    assert "error" in answer  # the request in flight was not answered: its connection closed

@@ -58,8 +58,5 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     console.print(f"serving {model} ({mode} mode, {loaded.device}) at http://{shown}:{port}/v1; "
                   "Ctrl-C or SIGTERM answers the requests in flight, then stops")
-    try:
-        serve_forever(create_app(engine), sock)
-    except KeyboardInterrupt:  # a second Ctrl-C while draining (a graceful stop returns)
-        console.print("stopped without waiting for the requests in flight")
-        raise typer.Exit(130) from None
+    serve_forever(create_app(engine), sock,
+                  on_forced_stop=lambda: console.print("stopped without waiting for the requests in flight"))

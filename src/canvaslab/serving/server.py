@@ -3,18 +3,21 @@
 In the foreground uvicorn handles SIGTERM and Ctrl-C: it stops accepting connections, waits for every request
 in flight (streams included) to be answered, then the app's lifespan stops the engine. Having drained, uvicorn
 raises the signal it caught once more, under the handlers that were there before it ran (so that a parent sees
-how its child ended); ``serve_forever`` takes that echo as the end of a graceful stop and returns. Only a second
-Ctrl-C while draining (uvicorn's forced exit) comes out as ``KeyboardInterrupt``.
+how its child ended); ``serve_forever`` takes that echo as the end of a graceful stop and returns. A second
+Ctrl-C while draining ends the process at once (exit 130): the requests in flight go unanswered, their
+connections closed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
+import sys
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 from canvaslab.errors import CanvaslabError
 
@@ -45,19 +48,41 @@ def _stopped(signum, frame) -> None:
     raise _Stopped
 
 
-def serve_forever(app, sock: socket.socket, log_level: str = "info") -> None:
+FORCED_STOP_EXIT = 130
+
+
+def _forced_stop_server(config, on_forced_stop: Callable[[], None]):
+    """A uvicorn server whose second Ctrl-C calls ``on_forced_stop`` and ends the process at once. uvicorn's own
+    forced exit cancels every request in flight, and each cancelled handler, the lifespan and the loop's teardown
+    log a traceback; a server keeps nothing an orderly teardown would save, so it is skipped."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            if self.should_exit and sig == signal.SIGINT:
+                on_forced_stop()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(FORCED_STOP_EXIT)
+            super().handle_exit(sig, frame)
+
+    return Server(config)
+
+
+def serve_forever(app, sock: socket.socket, log_level: str = "info",
+                  on_forced_stop: Callable[[], None] = lambda: None) -> None:
     """Serve ``app`` on ``sock`` until SIGTERM or Ctrl-C, then drain and return; a second Ctrl-C while draining
-    raises ``KeyboardInterrupt`` (the requests in flight were not all answered). Call it from the main thread."""
+    calls ``on_forced_stop`` and ends the process with status 130 (the requests in flight unanswered). Call it
+    from the main thread."""
     import uvicorn
 
     config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=None)
-    server = uvicorn.Server(config)
+    server = _forced_stop_server(config, on_forced_stop)
     previous = signal.signal(signal.SIGTERM, _stopped)
     try:
         server.run(sockets=[sock])
     except (_Stopped, KeyboardInterrupt):
-        if server.force_exit:
-            raise KeyboardInterrupt from None
+        pass  # uvicorn raising the caught signal again once it has drained
     finally:
         signal.signal(signal.SIGTERM, previous)
 
