@@ -126,6 +126,7 @@ CASES = {
     # export
     "export no store": (["export", "folder"], "folder holds no study store"),
     "export missing folder": (["export", "nope"], "nope: no such folder"),
+    "export a file": (["export", "afile"], "afile: is a file, not a folder"),
     "export --format csv": (["export", "folder", "--format", "csv"], "--format", "parquet"),
     # order-metrics
     "order-metrics missing traces": (["order-metrics", "nope.jsonl", "--out", "o"], "TRACES nope.jsonl", "no such file"),

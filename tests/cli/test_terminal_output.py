@@ -209,3 +209,20 @@ def test_the_outcome_line_escapes_a_failed_units_id_and_error():
     with pytest.raises(typer.Exit):
         finish(Console(file=buffer, width=200), Outcome(0, 0, {"p\x1b]52;c;aGk=\x07": "Error: \x1b[2J"}), "prompts")
     assert "\x1b" not in buffer.getvalue() and "\\x1b]52" in buffer.getvalue()
+
+
+def test_folder_names_with_markup_and_escapes_are_shown_as_they_are(tmp_path):
+    """A study folder's name reaches the "wrote ..." lines escaped and never read as markup (a name holding
+    ``[/]`` used to end the command with rich's MarkupError after its work was done)."""
+    study = tmp_path / f"r{BOLD}x[/]y{TITLE}"
+    noise = tmp_path / f"n{BOLD}[/]{CLEAR}"
+    outputs = [_finish(_command("batch-study", "--model", "tiny", "--prompts", "1", "--batch-sizes", "1,2",
+                                "--steps", "2", "--repeat-control", "same-process", "--out", str(study))),
+               _finish(_command("report", str(study))),
+               _finish(_command("export", str(study))),
+               _finish(_command("noise-study", "plan", "--model", "tiny", "--design", "smoke", "--out", str(noise))),
+               _finish(_command("noise-study", "run", str(noise), "--limit", "1"))]
+    for out, err in outputs:
+        assert_inert(out)
+        assert_inert(err)
+        assert "wrote " in out and ("x[/]y" in out or f"{BOLD}[/]" in out), out

@@ -42,10 +42,11 @@ def export(folder: Union[str, Path], out: Optional[Union[str, Path]] = None, for
     choices.one_of("--format", format, choices.EXPORT_FORMATS)
     folder = Path(folder)
     if not folder.is_dir():
-        raise CanvaslabError(f"{folder}: no such folder; give a folder a study wrote (its --out)")
+        what = "is a file, not a folder" if folder.exists() else "no such folder"
+        raise CanvaslabError(f"{folder}: {what}; give a folder a study wrote (its --out)")
     if not (folder / "store" / "plan.json").is_file():
         raise CanvaslabError(f"{folder} holds no study store (store/plan.json); give a folder a study wrote")
-    out = folder / "records.parquet" if out is None else choices.writable_file("--out", out, (".parquet",))
+    out = choices.writable_file("--out", folder / "records.parquet" if out is None else out, (".parquet",))
     return export_parquet(folder, out)
 
 

@@ -10,6 +10,7 @@ import typer
 from canvaslab.choices import EXPORT_FORMATS as FORMATS
 from canvaslab.cli import options
 from canvaslab.cli.app import app
+from canvaslab.terminal import printable
 
 
 @app.command("export")
@@ -23,4 +24,4 @@ def export(
     from canvaslab.api import export as export_records
 
     path = export_records(directory, out, format)
-    typer.echo(f"wrote {path}")
+    typer.echo(printable(f"wrote {path}"))

@@ -19,6 +19,7 @@ app.add_typer(noise_app, name="noise-study")
 
 from canvaslab.choices import NOISE_BATCH_SIZE, SUITES
 from canvaslab.choices import NOISE_DESIGNS as DESIGNS
+from canvaslab.terminal import printable
 
 
 @noise_app.command("plan")
@@ -58,10 +59,10 @@ def plan_command(
     registration = plan.register(out)
     console = Console()
     console.print(f"{registration.conditions} conditions ({design}); rare-token control: "
-                  f"{registration.rare_control}", highlight=False)
+                  f"{printable(registration.rare_control)}", markup=False, highlight=False)
     for line in registration.first_pass_lines:
         console.print(line, highlight=False)
-    console.print(f"wrote {out / 'plan.json'}", highlight=False)
+    console.print(printable(f"wrote {out / 'plan.json'}"), markup=False, highlight=False)
     console.print(f"plan sha256 {registration.sha256}", highlight=False)
 
 
@@ -107,7 +108,7 @@ def report_command(
     report = report_noise_study(directory)
     console = Console()
     console.print(noise_study_table(report), crop=False)
-    console.print(f"wrote {directory / REPORT_FILE}", highlight=False)
+    console.print(printable(f"wrote {directory / REPORT_FILE}"), markup=False, highlight=False)
     if not report["complete"]:
         console.print(f"{report['conditions_run']} of {report['conditions_total']} conditions stored: an interim "
                       "look, the plan's decision rule is for the whole design (`noise-study run` resumes it)",

@@ -184,8 +184,8 @@ def run_and_print(study: str, run: Callable, out: Optional[Path], wide: bool = F
     for table in results.tables(wide):
         console.print(table, crop=False, highlight=False)
     if out is not None:
-        console.print(f"wrote {', '.join(str(out / name) for name in (files or [kind.result_file]))}",
-                      highlight=False)
+        console.print(printable(f"wrote {', '.join(str(out / name) for name in (files or [kind.result_file]))}"),
+                      markup=False, highlight=False)
     finish(console, results.outcome, kind.unit)
 
 

@@ -10,6 +10,7 @@ import typer
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import check_names
+from canvaslab.terminal import printable
 
 
 def _existing(ctx, param, value):
@@ -33,6 +34,7 @@ def report(
 
     written = build_report(folders, out)
     studies = ", ".join(f"{name} x{count}" for name, count in written.studies.items())
-    Console().print(f"wrote {written.html} ({written.size_bytes / 1e6:.2f} MB; {studies}) and "
-                    f"{len(written.figures)} figure files in {written.html.parent / (written.html.stem + '-figures')}",
+    Console().print(printable(f"wrote {written.html} ({written.size_bytes / 1e6:.2f} MB; {studies}) and "
+                              f"{len(written.figures)} figure files in "
+                              f"{written.html.parent / (written.html.stem + '-figures')}"),
                     markup=False, highlight=False)  # folder names are shown as they are

@@ -4,8 +4,10 @@ PNG and SVG beside it, a clear one-line error for bad folders, and small enough 
 
 from __future__ import annotations
 
+import errno
 import json
 import re
+import shutil
 
 import pytest
 
@@ -107,6 +109,27 @@ def test_cli_writes_the_page_beside_the_first_folder_by_default(study_folders, c
     main(["report", str(folder)])
     assert (folder / "report.html").is_file() and (folder / "report-figures" / "ops0-op-scan.svg").is_file()
     assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["plan.json", "noise_study.json", "report"])
+def test_the_page_must_be_an_html_file_so_no_study_file_is_written_over(study_folders, tmp_path, name):
+    folder = tmp_path / "noise"
+    shutil.copytree(study_folders["folders"]["noise"], folder)
+    before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    with pytest.raises(CanvaslabError, match="name a .html file"):
+        build_report([folder], folder / name)
+    assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
+
+
+def test_a_page_that_cannot_be_written_is_one_line(study_folders, tmp_path, monkeypatch):
+    from canvaslab.reports.html import page
+
+    def read_only(*args):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(page, "_write_report", read_only)
+    with pytest.raises(CanvaslabError, match="could not be written .Read-only file system"):
+        build_report([study_folders["folders"]["ops"]], tmp_path / "r.html")
 
 
 HOSTILE_ID = "<!--<script>$x^$ a[/x]"  # opens an HTML comment in a script block, math markup, rich markup

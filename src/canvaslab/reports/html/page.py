@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Sequence
 
+from canvaslab.choices import writable_file
 from canvaslab.errors import CanvaslabError, RunFailed
 from canvaslab.io import UnreadableFile, check_names, check_real_folders, disk_full, write_text_atomic
 from canvaslab.reports.html import figures
@@ -127,11 +128,13 @@ def _build_column(reader, build, study, folder: Path, key: str, label: str, figs
 
 
 def _page_file(out: Path) -> Path:
-    """The page's path, refused in one line before any work when it cannot be written as a file, or when the
-    folder its figures go to is a symbolic link or not a folder (figures are written only in a real folder)."""
+    """The page's path, refused in one line before any work when it cannot be written as an ``.html`` file
+    (so that no study file, a plan or a result, is written over), or when the folder its figures go to is a
+    symbolic link or not a folder (figures are written only in a real folder)."""
     check_names(out, "--out")
     if out.is_dir():
         raise CanvaslabError(f"--out {out} is a folder; name the page's file, e.g. {out / REPORT_FILE}")
+    writable_file("--out", out, (".html",))
     check_real_folders(_figures_folder(out), below=out.parent)
     return out
 
@@ -154,7 +157,8 @@ def build_report(folders: Sequence[Path], out: Path | None, sections: Sequence[S
         return _write_report(folders, out, sections, read)
     except OSError as error:
         if not disk_full(error):
-            raise
+            raise CanvaslabError(f"--out {out}: the report could not be written ({error.strerror or error}); "
+                                 "the study folders are unchanged") from None
         raise RunFailed(f"the disk is full ({error.strerror or error}): the report could not be written in "
                         f"{out.parent}; the study folders are unchanged: free some space and run the report "
                         "again") from None
