@@ -18,6 +18,10 @@ from canvaslab.errors import CanvaslabError
 
 MAX_SEED = 2**63 - 1  # seeds are stored in int64 tensors and JSON; larger ones are not portable
 MAX_BATCH = 4096
+# Denoising passes per canvas and tokens per answer: far above any real budget (DiffusionGemma's default is 48
+# passes of a 256-token canvas), low enough that a typo is refused instead of overflowing an int32 later.
+MAX_STEPS = 4096
+MAX_NEW_TOKENS = 65536
 BUILTIN_PROMPT_COUNT = 16  # len(canvaslab.prompts.BUILTIN_PROMPTS), checked there at import
 
 PRESET_NAMES = ("tiny", "real-shapes")  # random-weight presets (canvaslab.models.presets)
@@ -61,7 +65,8 @@ def whole_number(option: str, value, minimum: int, maximum: Optional[int] = None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum or \
             (maximum is not None and value > maximum):
         allowed = f"from {minimum} to {maximum}" if maximum is not None else f"{minimum} or more"
-        raise CanvaslabError(f"{option} {value}: must be a whole number {allowed}")
+        shown = value if isinstance(value, int) and not isinstance(value, bool) else repr(value)
+        raise CanvaslabError(f"{option} {shown}: must be a whole number {allowed}")
     return value
 
 
@@ -70,8 +75,8 @@ def optional_whole_number(option: str, value, minimum: int, maximum: Optional[in
 
 
 def positive_number(option: str, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:  # also refuses nan
-        raise CanvaslabError(f"{option} {value}: must be a number above 0")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):  # and nan
+        raise CanvaslabError(f"{option} {value}: must be a finite number above 0")
     return value
 
 

@@ -158,7 +158,24 @@ CASES = [
     case(["export", "nothing"], lambda: export("nothing")),
     case(["export", "study", "--out", "records.csv"], lambda: export("study", out="records.csv")),
     case(["export", "study", "--out", "folder"], lambda: export("study", out="folder")),
+    case(["export", "afile"], lambda: export("afile")),
+    case(["generate", "--prompt", "x", "--steps", "5000"], lambda: generate("x", steps=5000)),
+    case(["generate", "--prompt", "x", "--max-new-tokens", "1000000"], lambda: generate("x", max_new_tokens=10**6)),
+    case(["batch-study", "--steps", "1000000000000"], lambda: BatchSizeStudy(steps=10**12)),
+    case(["noise-study", "plan", "--out", "p", "--margin", "inf"], lambda: NoiseStudy(margin=float("inf"))),
 ]
+
+
+@pytest.mark.parametrize("call", [lambda: open_results(None), lambda: open_results(5), lambda: open_results(b"x"),
+                                  lambda: export(None), lambda: canvaslab.report(None), lambda: generate(None),
+                                  lambda: generate("x", steps="2")], ids=range(7))
+def test_arguments_of_the_wrong_type_are_one_line_too(call):
+    assert "give" in _refused_by_api(call) or "whole number" in _refused_by_api(call)
+
+
+def test_a_folder_given_as_one_text_is_one_folder(tmp_path):
+    with pytest.raises(CanvaslabError, match="no study output found"):
+        canvaslab.report(str(tmp_path))  # not one folder per character of its name
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from canvaslab.cli.main import app
+from canvaslab.choices import MAX_NEW_TOKENS, MAX_STEPS
 from canvaslab.cli.options import MAX_SEED
 
 # Where each command's work starts (commands import these lazily, so patching the module attribute works).
@@ -82,7 +83,7 @@ NOT_WRITABLE = "/proc/canvaslab-out"  # /proc refuses new files, for root too
 
 CASES = {
     # batch-study
-    "batch-study --steps 0": (["batch-study", "--steps", "0"], "--steps 0", "1 or more"),
+    "batch-study --steps 0": (["batch-study", "--steps", "0"], "--steps 0", "from 1 to"),
     "batch-study --steps -5": (["batch-study", "--steps", "-5"], "--steps -5"),
     "batch-study --max-new-tokens 0": (["batch-study", "--max-new-tokens", "0"], "--max-new-tokens 0"),
     "batch-study --layers 0": (["batch-study", "--layers", "0"], "--layers 0"),
@@ -205,8 +206,8 @@ def test_usage_error_prints_usage_and_exits_2(files, case):
 
 # (command before the option, option, smallest allowed, largest allowed)
 NUMERIC = [
-    (["batch-study"], "--steps", 1, None),
-    (["batch-study"], "--max-new-tokens", 1, None),
+    (["batch-study"], "--steps", 1, MAX_STEPS),
+    (["batch-study"], "--max-new-tokens", 1, MAX_NEW_TOKENS),
     (["batch-study"], "--layers", 1, None),
     (["batch-study"], "--seed", 0, MAX_SEED),
     (["generate", "--prompt", "hi"], "--model-seed", 0, MAX_SEED),

@@ -10,12 +10,14 @@ checks (a bad value raises ``CanvaslabError`` with the line the command prints).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from canvaslab.api.models import GeneratedRow, Generation, generate, load_model
 from canvaslab.api.plans import BatchSizeStudy, CommitOrderStudy, NoiseStudy, OpScan
 from canvaslab.api.results import Outcome, Results, open_results
+from canvaslab.errors import CanvaslabError
 
 __all__ = ["BatchSizeStudy", "CommitOrderStudy", "GeneratedRow", "Generation", "NoiseStudy", "OpScan", "Outcome", "Results",
            "STUDIES", "export", "generate", "load_model", "open_results", "report"]
@@ -26,21 +28,26 @@ def report(folders: Sequence[Union[str, Path]], out: Optional[Union[str, Path]] 
     section per study, a column per folder (``canvaslab report``). Returns what was written (``html``,
     ``figures``, ``studies``, ``size_bytes``)."""
     from canvaslab.api.registry import report_sections
+    from canvaslab.api.results import as_path
     from canvaslab.reports.html import build_report
 
-    return build_report([Path(folder) for folder in folders], None if out is None else Path(out), report_sections())
+    if isinstance(folders, (str, os.PathLike)):  # one folder, not the characters of its name
+        folders = [folders]
+    if not isinstance(folders, (list, tuple)):
+        raise CanvaslabError(f"{folders!r}: give a study folder or a list of them")
+    return build_report([as_path(folder) for folder in folders], None if out is None else as_path(out, "--out"),
+                        report_sections())
 
 
 def export(folder: Union[str, Path], out: Optional[Union[str, Path]] = None, format: str = "parquet") -> Path:
     """A study folder's stored units as one Parquet file (default ``FOLDER/records.parquet``; ``canvaslab
     export``): the rows of ``open_results(folder).to_arrow()``."""
     from canvaslab import choices
+    from canvaslab.api.results import as_path
     from canvaslab.studies.engine.export import export_parquet
 
-    from canvaslab.errors import CanvaslabError
-
     choices.one_of("--format", format, choices.EXPORT_FORMATS)
-    folder = Path(folder)
+    folder = as_path(folder)
     if not folder.is_dir():
         what = "is a file, not a folder" if folder.exists() else "no such folder"
         raise CanvaslabError(f"{folder}: {what}; give a folder a study wrote (its --out)")

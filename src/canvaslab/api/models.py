@@ -29,8 +29,8 @@ def check_model_options(model: str, dtype: str, layers: Optional[int], model_see
     choices.one_of("--dtype", dtype, choices.DTYPES)
     choices.optional_whole_number("--layers", layers, 1)
     choices.whole_number("--model-seed", model_seed, 0, choices.MAX_SEED)
-    choices.optional_whole_number("--steps", steps, 1)
-    choices.optional_whole_number("--max-new-tokens", max_new_tokens, 1)
+    choices.optional_whole_number("--steps", steps, 1, choices.MAX_STEPS)
+    choices.optional_whole_number("--max-new-tokens", max_new_tokens, 1, choices.MAX_NEW_TOKENS)
 
 
 def model_record(model: str, dtype: str, device: str, layers: Optional[int], seed: int) -> dict[str, Any]:
@@ -97,14 +97,16 @@ def generate(prompts: Union[str, Sequence[str]], model: Any = "tiny", *, mode: s
     loads it once; ``dtype``, ``device``, ``layers`` and ``model_seed`` then do not apply). ``mode``: stock,
     rowwise or invariant (batch-invariant ops: a row's text does not depend on what shares its batch). A model
     with a chat template (the trained ``mini``) gets each prompt as its user turn."""
+    if not isinstance(prompts, (str, list, tuple)):
+        raise CanvaslabError(f"--prompt {prompts!r}: give a text or a list of texts")
     prompts = (prompts,) if isinstance(prompts, str) else tuple(prompts)
     if not prompts or any(not isinstance(text, str) or not text.strip() for text in prompts):
         raise CanvaslabError("--prompt must not be empty")
     choices.one_of("--mode", mode, choices.MODES)
     choices.one_of("--rng", rng, choices.RNGS)
     choices.whole_number("--seed", seed, 0, choices.MAX_SEED)
-    choices.optional_whole_number("--steps", steps, 1)
-    choices.optional_whole_number("--max-new-tokens", max_new_tokens, 1)
+    choices.optional_whole_number("--steps", steps, 1, choices.MAX_STEPS)
+    choices.optional_whole_number("--max-new-tokens", max_new_tokens, 1, choices.MAX_NEW_TOKENS)
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, model_seed=model_seed) \

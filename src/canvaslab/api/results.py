@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -75,13 +76,20 @@ class Results:
         return self.folder
 
 
+def as_path(value, what: str = "a study folder") -> Path:
+    """``value`` as a Path when it is a text or a path, else one line (None, a number or bytes are no folder)."""
+    if isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):
+        return Path(value)
+    raise CanvaslabError(f"{value!r}: give {what} as a text or a path")
+
+
 def open_results(folder: Union[str, Path]) -> Results:
     """Any study folder (a command's ``--out``, a plan's ``run(out=...)``), finished or not: its study is read
     from its registered plan, its summary from its result file. Reads only; runs nothing."""
     from canvaslab.api.registry import study_in
     from canvaslab.io import read_json
 
-    folder = Path(folder)
+    folder = as_path(folder)
     if not folder.is_dir():
         raise CanvaslabError(f"{folder}: {'is not a folder' if folder.exists() else 'no such folder'}; give a "
                              "folder a study wrote")

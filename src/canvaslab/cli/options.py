@@ -19,7 +19,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.terminal import printable
 
 from canvaslab import choices
-from canvaslab.choices import DTYPES, MAX_BATCH, MAX_SEED, MODES, PRESET_NAMES, RNGS
+from canvaslab.choices import DTYPES, MAX_BATCH, MAX_NEW_TOKENS, MAX_SEED, MAX_STEPS, MODES, PRESET_NAMES, RNGS
 
 
 def option_name(param) -> str:
@@ -46,8 +46,8 @@ def whole_number(minimum: int, maximum: Optional[int] = None) -> Callable:
 
 
 def positive_number(ctx, param, value):
-    if value is not None and not value > 0:  # also refuses nan
-        raise _bad(param, value, "must be a number above 0")
+    if value is not None and not 0 < value < float("inf"):  # also refuses nan
+        raise _bad(param, value, "must be a finite number above 0")
     return value
 
 
@@ -132,9 +132,9 @@ Rng = Annotated[str, typer.Option("--rng", help="row: per-row random streams; st
 Mode = Annotated[str, typer.Option("--mode", help="stock | rowwise (the seeds' row-by-row fix) | invariant "
                                                   "(batch-invariant ops)", callback=one_of(MODES))]
 Steps = Annotated[Optional[int], typer.Option("--steps", help="max denoising steps (default: the model's)",
-                                              callback=whole_number(1))]
+                                              callback=whole_number(1, MAX_STEPS))]
 MaxNewTokens = Annotated[Optional[int], typer.Option("--max-new-tokens", help="tokens to generate (default: the model's)",
-                                                     callback=whole_number(1))]
+                                                     callback=whole_number(1, MAX_NEW_TOKENS))]
 BatchSizes = Annotated[str, typer.Option("--batch-sizes", help="comma-separated; B=1 is the reference",
                                          callback=batch_sizes)]
 Bootstrap = Annotated[int, typer.Option("--bootstrap", help="prompt-clustered bootstrap resamples; 0 = no CIs",
