@@ -25,7 +25,8 @@ def batch_study(
                                      callback=options.whole_number(0))] = 0,
     copy_prompt_cache: Annotated[bool, typer.Option(
         "--copy-prompt-cache/--no-copy-prompt-cache",
-        help="give every row the B=1 prompt cache, as the seeds did; off studies the encoder on the batch")] = True,
+        help="give every row the B=1 prompt cache, as the seeds did (prompts of at least 2 tokens); off studies "
+             "the encoder on the batch")] = True,
     rng: options.Rng = "row",
     mode: options.Mode = "stock",
     seed: options.Seed = 0,

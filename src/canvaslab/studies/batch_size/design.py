@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from canvaslab.choices import FILLS, one_of
 from canvaslab.errors import CanvaslabError
 
 if TYPE_CHECKING:
     from canvaslab.invariant import Mode
+    from canvaslab.prompts import Prompt
 
+# The copied prompt cache holds all of a prompt's tokens but the last, which transformers' generate encodes in
+# the batch (it needs one uncached token): ``canvaslab.generation.prompt_cache``.
+COPIED_CACHE_MIN_TOKENS = 2
 
 
 def check_row(row: int, batch_sizes: Sequence[int], mode: str | Mode) -> None:
@@ -24,6 +28,27 @@ def check_row(row: int, batch_sizes: Sequence[int], mode: str | Mode) -> None:
     if row and _computes_rows_apart(mode):
         raise CanvaslabError("--row above 0 needs --mode stock or invariant: rowwise computes each row in a call "
                              "of its own, which the capture cannot tell apart from row 0's")
+
+
+def check_prompt_lengths(prompts: Sequence[Prompt], encoded: Mapping[str, Sequence[int]],
+                         copy_prompt_cache: bool) -> None:
+    """Every prompt long enough, as the model's tokenizer encodes it, for how the study feeds it: before any unit
+    runs, so a short prompt is one line rather than a failed unit."""
+    needed = COPIED_CACHE_MIN_TOKENS if copy_prompt_cache else 1
+    short = next((p for p in prompts if len(encoded[p.prompt_id]) < needed), None)
+    if short is None:
+        return
+    count = len(encoded[short.prompt_id])
+    what = (f"prompt {short.prompt_id} ({_excerpt(short.text)}) is {count} token{'' if count == 1 else 's'} "
+            "after the model's tokenization")
+    if copy_prompt_cache:
+        raise CanvaslabError(f"{what}; --copy-prompt-cache needs at least {needed} (the copied cache holds all but "
+                             "the last, which is encoded in the batch): give a longer prompt, or --no-copy-prompt-cache")
+    raise CanvaslabError(f"{what}: give a prompt the model's tokenizer keeps something of")
+
+
+def _excerpt(text: str, limit: int = 40) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _computes_rows_apart(mode: str | Mode) -> bool:

@@ -26,7 +26,7 @@ from canvaslab.generation import generate
 from canvaslab.invariant import Mode, mode_named, replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.prompts import BUILTIN_PROMPTS, Prompt
-from canvaslab.studies.batch_size.design import batch_rows, check_row
+from canvaslab.studies.batch_size.design import batch_rows, check_prompt_lengths, check_row
 from canvaslab.studies.batch_size.repeat_control import check_repeat_control, model_spec, run_repeat_control
 from canvaslab.studies.engine import Study, run_study
 
@@ -193,7 +193,25 @@ class BatchSizeStudy(Study):
         self.model, self.prompts, self.settings, self.loaded = model, list(prompts), settings, loaded
 
     def __getstate__(self):  # a model stays in its process; Ray workers load their own
-        return {**self.__dict__, "loaded": None}
+        return {**self.__dict__, "_loaded": None}
+
+    @property
+    def loaded(self):
+        return self._loaded
+
+    @loaded.setter
+    def loaded(self, loaded) -> None:
+        """The model of this process (the local executor's): its tokenizer checks the prompts as it is attached,
+        before the engine registers the plan or runs a unit (Ray workers check theirs in ``prepare``)."""
+        if loaded is not None:
+            self.encoded(loaded.tokenizer)
+        self._loaded = loaded
+
+    def encoded(self, tokenizer) -> dict[str, list[int]]:
+        """Each prompt's ids under the model's own tokenizer, refused if too short for how the study feeds it."""
+        encoded = {p.prompt_id: tokenizer(p.text)["input_ids"] for p in self.prompts}
+        check_prompt_lengths(self.prompts, encoded, self.settings.copy_prompt_cache)
+        return encoded
 
     def plan(self) -> dict[str, Any]:
         return {"model": self.model, "settings": asdict(self.settings),
@@ -208,12 +226,12 @@ class BatchSizeStudy(Study):
             from canvaslab.models import load_study_model
 
             loaded = load_study_model(self.model)
+        encoded = self.encoded(loaded.tokenizer)
         texts = {p.text for p in self.prompts}
         environment = environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source,
                                               mode=self.settings.mode, replaced_ops=replaced_ops(self.settings.mode),
                                               rng=self.settings.rng)
-        return _Worker(loaded, _Runner(loaded, self.settings),
-                       {p.prompt_id: loaded.tokenizer(p.text)["input_ids"] for p in self.prompts},
+        return _Worker(loaded, _Runner(loaded, self.settings), encoded,
                        # --fill mixed: the other study prompts first, then built-in ones, so one prompt can be studied
                        [loaded.tokenizer(text)["input_ids"] for text in BUILTIN_PROMPTS if text not in texts],
                        environment)
