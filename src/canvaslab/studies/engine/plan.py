@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -121,12 +122,37 @@ def _not_a_file(error: NotRegularFile) -> CanvaslabError:
                           "name)")
 
 
+def non_finite_at(value: Any) -> tuple[str, float] | None:
+    """The first (dotted path, number) where ``value`` holds a NaN or an infinity, if anywhere."""
+    pending = [("", value)]
+    while pending:  # a loop, not recursion: a parsed file may nest up to io.DEPTH_LIMIT deep
+        path, value = pending.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return path or "(the plan)", value
+        if isinstance(value, dict):
+            pending += [(f"{path}.{key}" if path else str(key), item) for key, item in reversed(value.items())]
+        elif isinstance(value, list):
+            pending += [(f"{path}[{index}]", item) for index, item in reversed(list(enumerate(value)))]
+    return None
+
+
+def refuse_non_finite(data: Any, path: Path, fix: str) -> None:
+    """Refuse (one line) a parsed plan holding NaN or Infinity. Python's JSON reader accepts those words, but a
+    plan is hashed as strict JSON, which has no spelling for them (and a NaN margin would judge nothing)."""
+    found = non_finite_at(data)
+    if found is not None:
+        raise CanvaslabError(f"{path} holds a non-finite number ({found[0]} is {found[1]}), which JSON has no "
+                             f"spelling for: it was not written by canvaslab; {fix}")
+
+
 def read_plan(path: Path) -> Any:
-    """A registered ``plan.json``: a regular file (no link) of at most ``PLAN_LIMIT`` bytes."""
+    """A registered ``plan.json``: a regular file (no link) of at most ``PLAN_LIMIT`` bytes, finite numbers only."""
     try:
-        return read_json(path, max_bytes=PLAN_LIMIT)
+        plan = read_json(path, max_bytes=PLAN_LIMIT)
     except NotRegularFile as error:
         raise _not_a_file(error) from None
+    refuse_non_finite(plan, path, "restore it, or use --fresh to start over (the folder is kept under a new name)")
+    return plan
 
 
 def check_registered(folder: Path | None, study: str, plan: dict[str, Any]) -> bool:

@@ -10,8 +10,11 @@ Why per-unit files. A record is written to a temporary file, fsynced and renamed
 (``canvaslab.io.write_text_atomic``), so it is either absent or complete: a kill at any moment loses at
 most the unit being run and never a finished one. Each file carries the sha256 of its record and the
 plan's, checked on every read. The one torn-write rule: a record file that does not parse, whose
-checksum does not match, that is too big or nested too deeply, or that cites another unit or plan is not
-a result; it is moved aside (``.damaged``, kept for inspection) and its unit is run again.
+checksum does not match, that is too big or nested too deeply, or that cites another unit is not a
+result; it is moved aside (``.damaged``, kept for inspection) and its unit is run again. A record that is
+intact (its checksum matches) but cites another plan is no torn write: the registered plan was replaced
+after results existed (``store/plan.json`` edited with its hash). That is refused in one line, moving
+nothing: setting such records aside would quietly rerun the study under a plan chosen after its data.
 
 What a folder from elsewhere cannot do. The store's folders must be real folders (a symbolic link or a file
 in their place is refused in one line), and every write and rename happens relative to a handle of a folder
@@ -63,6 +66,15 @@ def _named_by_id(unit: str) -> str | None:
     except UnicodeEncodeError:
         return None
     return name if len(name.encode("utf-8")) <= NAME_MAX and not _HASHED.fullmatch(name) else None
+
+
+def _intact(stored: Any) -> bool:
+    """A stored file whose record matches its own checksum, whichever unit and plan it names."""
+    try:
+        return (isinstance(stored["unit"], str) and isinstance(stored["plan_sha256"], str)
+                and stored["record_sha256"] == sha256_of(stored["record"]))
+    except (ValueError, KeyError, TypeError):  # not an object, a field missing, NaN in the record
+        return False
 
 
 def _not_a_file(error: NotRegularFile) -> CanvaslabError:
@@ -154,19 +166,43 @@ class Store:
                 continue
             except UnreadableFile:
                 stored = None
-            try:
-                valid = (stored["unit"] == unit and stored["plan_sha256"] == self.plan_sha256
-                         and stored["record_sha256"] == sha256_of(stored["record"]))
-            except (ValueError, KeyError, TypeError):
-                valid = False
-            if not valid:
+            if not _intact(stored) or stored["unit"] != unit:
                 if self.read_only:
                     self.passed_over.append(path)
                 else:
                     self._set_aside(path)
                 return None
+            if stored["plan_sha256"] != self.plan_sha256:  # intact, so no torn write: the plan was replaced
+                raise self._plan_changed(stored["plan_sha256"])
             return stored
         return None
+
+    def _plan_changed(self, cited: str) -> CanvaslabError:
+        """The one line refusing a store whose intact records cite another plan than the registered one."""
+        count = sum(1 for path in self._files(self.records_dir) if self._other_plan(path))
+        results = "1 result was" if count == 1 else f"{count} results were"
+        return CanvaslabError(
+            f"{self.folder}: its plan was changed after {results} stored (they cite plan {cited[:12]}..., "
+            f"the registered plan is {self.plan_sha256[:12]}...); a plan is never changed after its results exist, "
+            "so nothing was run, moved or deleted: restore the plan, or run with --fresh to start over (the old "
+            "folder, with its results, is kept under a new name)")
+
+    def _other_plan(self, path: Path) -> str | None:
+        """The plan an intact record file cites, if it is not this store's."""
+        try:
+            stored = self._read(path)
+        except (OSError, CanvaslabError):  # gone, unreadable or not a file: damaged, not another plan's
+            return None
+        return stored["plan_sha256"] if _intact(stored) and stored["plan_sha256"] != self.plan_sha256 else None
+
+    def _refuse_records_of_other_units(self, units: list[str]) -> None:
+        """Refuse intact records of another plan among the files of units not in ``units``: a plan replaced with
+        one whose unit ids all differ would otherwise leave them unread and run beside them. Only files no unit
+        names are read here (none in a store of one plan), so this costs one listing."""
+        names = {name for unit in units for name in (_file_name(unit), _named_by_id(unit)) if name}
+        for path in self._files(self.records_dir):
+            if path.name not in names and (cited := self._other_plan(path)):
+                raise self._plan_changed(cited)
 
     def _set_aside(self, path: Path) -> None:
         with folder_handle(path.parent, below=self.folder) as folder:
@@ -249,6 +285,7 @@ class Store:
 
     def stored(self, units: list[str]) -> dict[str, dict[str, Any]]:
         """The stored files of the finished units among ``units``, in that order."""
+        self._refuse_records_of_other_units(units)
         found = {}
         for unit in units:
             stored = self.load_stored(unit)

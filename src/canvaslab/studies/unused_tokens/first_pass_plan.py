@@ -9,6 +9,7 @@ machine.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
@@ -87,8 +88,8 @@ def check_choices(design: str, margin: float | None, seed: int, pilot: Path | No
     if (design == "confirmatory") != (pilot is not None):
         raise CanvaslabError("--pilot DIR is needed by --design confirmatory, and only by it: the confirmatory "
                              "design is sized from its pilot's variance")
-    if margin is not None and not margin > 0:
-        raise CanvaslabError(f"--margin must be positive, got {margin}")
+    if margin is not None and not (margin > 0 and math.isfinite(margin)):
+        raise CanvaslabError(f"--margin must be a positive finite number, got {margin}")
     if seed < 0:
         raise CanvaslabError(f"--seed must be >= 0, got {seed}")
 

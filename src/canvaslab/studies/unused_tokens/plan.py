@@ -28,6 +28,7 @@ from transformers import PreTrainedTokenizerBase
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import MiB, NotRegularFile, read_bytes, read_json, write_text_atomic
 from canvaslab.prompts import builtin_prompts
+from canvaslab.studies.engine.plan import non_finite_at, refuse_non_finite
 from canvaslab.studies.unused_tokens.first_pass import DESIGNS as FIRST_PASS_DESIGNS
 from canvaslab.studies.unused_tokens.first_pass import FirstPassDesign
 from canvaslab.studies.unused_tokens.first_pass import check_plan as check_first_pass_plan
@@ -211,6 +212,10 @@ def canonical_json(data: dict[str, Any]) -> str:
 
 
 def hash_plan_dict(data: dict[str, Any]) -> str:
+    found = non_finite_at(data)
+    if found is not None:  # the readers refuse such a file first; this keeps any other caller to one line
+        raise CanvaslabError(f"the plan holds a non-finite number ({found[0]} is {found[1]}), which JSON has no "
+                             "spelling for: it cannot be registered")
     return hashlib.sha256(canonical_json(data).encode("ascii")).hexdigest()
 
 
@@ -232,8 +237,8 @@ def build_plan(facts: ModelFacts, tokenizer: PreTrainedTokenizerBase, pools: Tok
     """
     if design not in DESIGNS:
         raise CanvaslabError(f"--design {design!r} is not one of: {', '.join(DESIGNS)}")
-    if margin is not None and not margin > 0:
-        raise CanvaslabError(f"--margin must be positive, got {margin}")
+    if margin is not None and not (margin > 0 and math.isfinite(margin)):
+        raise CanvaslabError(f"--margin must be a positive finite number, got {margin}")
     if seed < 0:
         raise CanvaslabError(f"--seed must be >= 0, got {seed}")
     levels = DESIGNS[design]
@@ -269,6 +274,7 @@ def _read_plan_dict(path: Path) -> dict[str, Any]:
                              "plan --out DIR`") from None
     except (OSError, ValueError) as error:
         raise CanvaslabError(f"{path} is not readable JSON: {error}") from None
+    refuse_non_finite(data, path, "write a new plan with `canvaslab noise-study plan`")
     try:
         jsonschema.validate(data, PLAN_SCHEMA)
     except jsonschema.ValidationError as error:
