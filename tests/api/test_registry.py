@@ -131,6 +131,7 @@ def test_report_has_the_study(written, runs, name):
 def test_export_reads_back_with_a_row_per_unit(runs, name, tmp_path):
     out, results = run_of(runs, name)
     path = canvaslab.export(out, tmp_path / f"{name}.parquet")
+    assert canvaslab.export(out, path) == path  # a second export replaces the first
     table = pq.read_table(path)
     assert table.num_rows == results.outcome.ran == len(open_results(out).to_pandas())
     assert set(table.column("study").to_pylist()) == {name}

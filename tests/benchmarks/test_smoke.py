@@ -204,13 +204,17 @@ def smoke_h200_speed_run(tmp_path, request):
 
 
 def smoke_mini_quality(tmp_path, request):
-    run_folder = request.getfixturevalue("tiny_run")
+    run_folder = tmp_path / "run"  # the tiny run, marked as trained on the grammar data: its own split is drawn
+    shutil.copytree(request.getfixturevalue("tiny_run"), run_folder)
+    training = json.loads((run_folder / "training.json").read_text())
+    (run_folder / "training.json").write_text(json.dumps({**training, "data": "grammar"}))
     out = tmp_path / "quality.json"
     python("mini_quality.py", "--run", str(run_folder), "--per-task", "1", "--tasks", "add2,add_mixed", "--out", str(out))
     result = read(out, "per_task", "answers", "diffusion", "autoregressive", "environment", "in_template",
                   "heldout_template", "table", "failures")
     assert [answer["task"] for answer in result["answers"]["diffusion"]] == ["add2"]
-    assert result["data"] == "shipped"  # the run's own data version
+    assert result["data"] == "grammar"  # the run's own data version
+    assert "column by column" in result["in_template"]["answers"]["diffusion"][0]["expected"]  # a worked sum
     assert [a["task"] for a in result["heldout_template"]["answers"]["autoregressive"]] == ["add2", "add_mixed"]
     assert {(row["split"], row["task"], row["n"]) for row in result["table"]} == {
         ("in_template", "add2", 1), ("heldout_template", "add2", 1), ("heldout_template", "add_mixed", 1)}

@@ -119,7 +119,7 @@ def test_a_stop_signal_answers_the_request_in_flight_then_exits_cleanly(stop):
 
 
 def test_a_second_ctrl_c_stops_at_once_with_one_line_and_no_traceback():
-    process, client, answer = _serve_with_a_request_in_flight(steps=64)
+    process, client, answer = _serve_with_a_request_in_flight(steps=1024)  # still running after 0.5 s
     try:
         process.send_signal(signal.SIGINT)
         time.sleep(0.5)

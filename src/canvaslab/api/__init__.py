@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Iterable, Optional, Sequence, Union
 
 from canvaslab.api.models import GeneratedRow, Generation, generate, load_model
 from canvaslab.api.plans import BatchSizeStudy, CommitOrderStudy, NoiseStudy, OpScan
@@ -33,8 +33,9 @@ def report(folders: Sequence[Union[str, Path]], out: Optional[Union[str, Path]] 
 
     if isinstance(folders, (str, os.PathLike)):  # one folder, not the characters of its name
         folders = [folders]
-    if not isinstance(folders, (list, tuple)):
+    if isinstance(folders, bytes) or not isinstance(folders, Iterable):
         raise CanvaslabError(f"{folders!r}: give a study folder or a list of them")
+    folders = list(folders)
     return build_report([as_path(folder) for folder in folders], None if out is None else as_path(out, "--out"),
                         report_sections())
 

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
@@ -97,7 +98,7 @@ def generate(prompts: Union[str, Sequence[str]], model: Any = "tiny", *, mode: s
     loads it once; ``dtype``, ``device``, ``layers`` and ``model_seed`` then do not apply). ``mode``: stock,
     rowwise or invariant (batch-invariant ops: a row's text does not depend on what shares its batch). A model
     with a chat template (the trained ``mini``) gets each prompt as its user turn."""
-    if not isinstance(prompts, (str, list, tuple)):
+    if isinstance(prompts, bytes) or not isinstance(prompts, Iterable):
         raise CanvaslabError(f"--prompt {prompts!r}: give a text or a list of texts")
     prompts = (prompts,) if isinstance(prompts, str) else tuple(prompts)
     if not prompts or any(not isinstance(text, str) or not text.strip() for text in prompts):

@@ -13,6 +13,7 @@ import typer
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import check_names
+from canvaslab.terminal import printable
 from canvaslab.training.recipe import SHIPPED
 from canvaslab.training.tasks import AnswerStyle, check_data, parse_shares
 
@@ -30,7 +31,7 @@ def passages(
 
     check_names(corpus, "--corpus")
     count = prepare_passages(corpus, _out_file(out))
-    typer.echo(f"wrote {count:,} passages to {out}")
+    typer.echo(printable(f"wrote {count:,} passages to {out}"))
 
 
 def _out_folder(out: Path) -> Path:
@@ -90,7 +91,7 @@ def distill(
     tokenizer = load_tokenizer(folder if (folder / "tokenizer.json").is_file() else None)
     distill_prose(passages_file, folder, tokenizer, out, teacher_name=teacher, device=device, batch_size=batch_size,
                   max_new_tokens=max_new_tokens, limit=limit, log=typer.echo)
-    typer.echo(f"wrote {out}")
+    typer.echo(printable(f"wrote {out}"))
 
 
 @mini_app.command("tokenizer")
@@ -113,7 +114,7 @@ def tokenizer(
         raise CanvaslabError(f"--vocab-size {vocab_size} --tail-unused {tail_unused}: the BPE needs at least "
                              f"{MIN_VOCAB_SIZE} ids besides the tail, and the tail at least 1")
     built = build_mini_tokenizer(passages_file, out, vocab_size=vocab_size, tail_unused=tail_unused)
-    typer.echo(f"wrote {out}: {len(built):,} ids, {len(unused_ids(built))} <unusedN>")
+    typer.echo(printable(f"wrote {out}: {len(built):,} ids, {len(unused_ids(built))} <unusedN>"))
 
 
 @mini_app.command("train")
@@ -179,7 +180,7 @@ def train(
                  log=typer.echo)
     if eval_per_task:
         evaluate_models(out, passages_file, eval_per_task, device, seed=seed, log=typer.echo, data=data)
-    typer.echo(f"wrote {write_card(out)}")
+    typer.echo(printable(f"wrote {write_card(out)}"))
 
 
 @mini_app.command("card")
@@ -196,4 +197,4 @@ def card(
             check_names(folder, "--sibling" if folder is sibling else "RUN")
         if folder is not None and not (folder / "training.json").is_file():
             raise CanvaslabError(f"{folder}: no training.json, so not a training run's folder")
-    typer.echo(f"wrote {write_card(run, sibling=sibling)}")
+    typer.echo(printable(f"wrote {write_card(run, sibling=sibling)}"))

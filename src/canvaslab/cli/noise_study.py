@@ -59,10 +59,10 @@ def plan_command(
     registration = plan.register(out)
     console = Console()
     console.print(f"{registration.conditions} conditions ({design}); rare-token control: "
-                  f"{printable(registration.rare_control)}", markup=False, highlight=False)
+                  f"{printable(registration.rare_control)}", markup=False, emoji=False, highlight=False)
     for line in registration.first_pass_lines:
         console.print(line, highlight=False)
-    console.print(printable(f"wrote {out / 'plan.json'}"), markup=False, highlight=False)
+    console.print(printable(f"wrote {out / 'plan.json'}"), markup=False, emoji=False, highlight=False)
     console.print(f"plan sha256 {registration.sha256}", highlight=False)
 
 
@@ -108,7 +108,7 @@ def report_command(
     report = report_noise_study(directory)
     console = Console()
     console.print(noise_study_table(report), crop=False)
-    console.print(printable(f"wrote {directory / REPORT_FILE}"), markup=False, highlight=False)
+    console.print(printable(f"wrote {directory / REPORT_FILE}"), markup=False, emoji=False, highlight=False)
     if not report["complete"]:
         console.print(f"{report['conditions_run']} of {report['conditions_total']} conditions stored: an interim "
                       "look, the plan's decision rule is for the whole design (`noise-study run` resumes it)",

@@ -185,7 +185,7 @@ def run_and_print(study: str, run: Callable, out: Optional[Path], wide: bool = F
         console.print(table, crop=False, highlight=False)
     if out is not None:
         console.print(printable(f"wrote {', '.join(str(out / name) for name in (files or [kind.result_file]))}"),
-                      markup=False, highlight=False)
+                      markup=False, emoji=False, highlight=False)
     finish(console, results.outcome, kind.unit)
 
 

@@ -90,4 +90,4 @@ def order_metrics_command(
     for table in order_metrics_tables(metrics, wide=wide):
         console.print(table)
     console.print(pooled_auroc_line(metrics["pooled_auroc"]), highlight=False)
-    console.print(printable(f"wrote {', '.join(map(str, written))}"), markup=False, highlight=False)
+    console.print(printable(f"wrote {', '.join(map(str, written))}"), markup=False, emoji=False, highlight=False)

@@ -37,4 +37,4 @@ def report(
     Console().print(printable(f"wrote {written.html} ({written.size_bytes / 1e6:.2f} MB; {studies}) and "
                               f"{len(written.figures)} figure files in "
                               f"{written.html.parent / (written.html.stem + '-figures')}"),
-                    markup=False, highlight=False)  # folder names are shown as they are
+                    markup=False, emoji=False, highlight=False)  # folder names are shown as they are

@@ -50,6 +50,7 @@ def serve(
     sock = bound_socket(host, port)  # a busy port is one line, before the model loads
     from canvaslab.models import load_model
     from canvaslab.serving import Engine, ServeSettings, create_app, serve_forever
+    from canvaslab.serving.server import forced_stop_exit
 
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
@@ -58,5 +59,5 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     console.print(f"serving {model} ({mode} mode, {loaded.device}) at http://{shown}:{port}/v1; "
                   "Ctrl-C or SIGTERM answers the requests in flight, then stops")
-    serve_forever(create_app(engine), sock,
-                  on_forced_stop=lambda: console.print("stopped without waiting for the requests in flight"))
+    serve_forever(create_app(engine), sock, on_forced_stop=forced_stop_exit(
+        lambda: console.print("stopped without waiting for the requests in flight")))

@@ -52,4 +52,4 @@ def vocab_scan(
     write_json_atomic(out / REPORT_FILE, report)
     console = Console()
     console.print(vocab_scan_table(report))
-    console.print(printable(f"wrote {out / REPORT_FILE}"), markup=False, highlight=False)
+    console.print(printable(f"wrote {out / REPORT_FILE}"), markup=False, emoji=False, highlight=False)

@@ -4,8 +4,8 @@ In the foreground uvicorn handles SIGTERM and Ctrl-C: it stops accepting connect
 in flight (streams included) to be answered, then the app's lifespan stops the engine. Having drained, uvicorn
 raises the signal it caught once more, under the handlers that were there before it ran (so that a parent sees
 how its child ended); ``serve_forever`` takes that echo as the end of a graceful stop and returns. A second
-Ctrl-C while draining ends the process at once (exit 130): the requests in flight go unanswered, their
-connections closed.
+Ctrl-C while draining is uvicorn's forced exit (``KeyboardInterrupt``), or, given ``on_forced_stop``, that
+callback at once (``canvaslab serve`` prints one line and ends the process: ``forced_stop_exit``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 from canvaslab.errors import CanvaslabError
 
@@ -51,38 +51,51 @@ def _stopped(signum, frame) -> None:
 FORCED_STOP_EXIT = 130
 
 
-def _forced_stop_server(config, on_forced_stop: Callable[[], None]):
-    """A uvicorn server whose second Ctrl-C calls ``on_forced_stop`` and ends the process at once. uvicorn's own
-    forced exit cancels every request in flight, and each cancelled handler, the lifespan and the loop's teardown
-    log a traceback; a server keeps nothing an orderly teardown would save, so it is skipped."""
+def forced_stop_exit(message: Callable[[], None]) -> Callable[[], None]:
+    """An ``on_forced_stop`` for a command: ``message()``, then the process ends at once with status 130. uvicorn's
+    own forced exit cancels every request in flight, and each cancelled handler, the lifespan and the loop's
+    teardown log a traceback; a server keeps nothing an orderly teardown would save, so it is skipped."""
+    def stop() -> None:
+        try:
+            message()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe must not keep the process alive
+            pass
+        finally:
+            os._exit(FORCED_STOP_EXIT)
+
+    return stop
+
+
+def _server(config, on_forced_stop: Optional[Callable[[], None]]):
+    """A uvicorn server whose second Ctrl-C calls ``on_forced_stop`` where one is given."""
     import uvicorn
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
-            if self.should_exit and sig == signal.SIGINT:
+            if on_forced_stop is not None and self.should_exit and sig == signal.SIGINT:
                 on_forced_stop()
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(FORCED_STOP_EXIT)
             super().handle_exit(sig, frame)
 
     return Server(config)
 
 
 def serve_forever(app, sock: socket.socket, log_level: str = "info",
-                  on_forced_stop: Callable[[], None] = lambda: None) -> None:
+                  on_forced_stop: Optional[Callable[[], None]] = None) -> None:
     """Serve ``app`` on ``sock`` until SIGTERM or Ctrl-C, then drain and return; a second Ctrl-C while draining
-    calls ``on_forced_stop`` and ends the process with status 130 (the requests in flight unanswered). Call it
-    from the main thread."""
+    calls ``on_forced_stop`` if given, else raises ``KeyboardInterrupt`` once uvicorn has forced its exit (the
+    requests in flight were not all answered). Call it from the main thread."""
     import uvicorn
 
     config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=None)
-    server = _forced_stop_server(config, on_forced_stop)
+    server = _server(config, on_forced_stop)
     previous = signal.signal(signal.SIGTERM, _stopped)
     try:
         server.run(sockets=[sock])
     except (_Stopped, KeyboardInterrupt):
-        pass  # uvicorn raising the caught signal again once it has drained
+        if server.force_exit:
+            raise KeyboardInterrupt from None
     finally:
         signal.signal(signal.SIGTERM, previous)
 

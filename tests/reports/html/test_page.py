@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from canvaslab.cli.main import main
-from canvaslab.errors import CanvaslabError
+from canvaslab.errors import CanvaslabError, RunFailed
 from canvaslab.api import report as build_report
 from canvaslab.reports.html.batch_panel import glance_rows, origin_groups
 from canvaslab.reports.html.op_scan_panel import class_matrix
@@ -128,7 +128,7 @@ def test_a_page_that_cannot_be_written_is_one_line(study_folders, tmp_path, monk
         raise OSError(errno.EROFS, "Read-only file system")
 
     monkeypatch.setattr(page, "_write_report", read_only)
-    with pytest.raises(CanvaslabError, match="could not be written .Read-only file system"):
+    with pytest.raises(RunFailed, match="could not be written .Read-only file system"):
         build_report([study_folders["folders"]["ops"]], tmp_path / "r.html")
 
 

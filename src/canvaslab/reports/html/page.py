@@ -157,8 +157,8 @@ def build_report(folders: Sequence[Path], out: Path | None, sections: Sequence[S
         return _write_report(folders, out, sections, read)
     except OSError as error:
         if not disk_full(error):
-            raise CanvaslabError(f"--out {out}: the report could not be written ({error.strerror or error}); "
-                                 "the study folders are unchanged") from None
+            raise RunFailed(f"the page {out} could not be written ({error.strerror or error}); the study folders "
+                            "are unchanged") from None
         raise RunFailed(f"the disk is full ({error.strerror or error}): the report could not be written in "
                         f"{out.parent}; the study folders are unchanged: free some space and run the report "
                         "again") from None
