@@ -216,7 +216,8 @@ def writable_file(option: str, value, suffixes: Sequence[str] = ()) -> Path:
         raise CanvaslabError(f"{option} {path}: is a folder; give a file path")
     if suffixes and path.suffix not in suffixes:
         raise CanvaslabError(f"{option} {path}: name a {' or '.join(suffixes)} file")
-    _check_can_create(option, path.parent if path.is_file() else path)  # an existing file is replaced
+    # an existing file (or a link, which the writer replaces rather than follows) is replaced: its folder counts
+    _check_can_create(option, path.parent if os.path.lexists(path) else path)
     return path
 
 
