@@ -46,14 +46,20 @@ def test_run_refuses_a_plan_changed_after_results_and_moves_nothing(forged, tmp_
     assert _files(forged) == before and not log.exists()  # nothing ran, nothing set aside
 
 
+def _export_refused(folder: Path, capsys) -> str:
+    """``canvaslab export FOLDER``'s error line, once it is known to be one line with exit code 2."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", str(folder)])
+    error = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(error.splitlines()) == 1
+    return error
+
+
 def test_reading_views_and_export_refuse_a_changed_plan_too(forged, capsys):
     before = _files(forged)
     with pytest.raises(CanvaslabError, match="plan was changed after 3 results were stored"):
         write_stored_views(Squares(n=4), forged)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["export", str(forged)])
-    error = capsys.readouterr().err.strip()
-    assert exit_info.value.code == 2 and len(error.splitlines()) == 1 and "3 results were stored" in error
+    assert "3 results were stored" in _export_refused(forged, capsys)
     assert _files(forged) == before
 
 
@@ -89,10 +95,7 @@ def test_a_registered_plan_holding_a_non_finite_number_is_refused_in_one_line(tm
                     lambda: canvaslab.open_results(folder)):
         with pytest.raises(CanvaslabError, match="holds a non-finite number .plan.group_size is"):
             attempt()
-    with pytest.raises(SystemExit) as exit_info:
-        main(["export", str(folder)])
-    error = capsys.readouterr().err.strip()
-    assert exit_info.value.code == 2 and len(error.splitlines()) == 1 and "non-finite number" in error
+    assert "non-finite number" in _export_refused(folder, capsys)
     assert _files(folder) == before
 
 
