@@ -27,6 +27,13 @@ def too_many(source: Path, what: str, count: int, limit: int) -> None:
                              "canvaslab writes: the file was edited or is not canvaslab's")
 
 
+def environment_of(data: dict) -> dict:
+    """The environment a result file records; ``{}`` when it records none (``null``: a study stopped before any
+    unit finished has no worker to describe)."""
+    environment = data.get("environment")
+    return {} if environment is None else environment
+
+
 def is_file(path: Path) -> bool:
     """Whether something is at ``path``: a file, or a link, a special file or a folder where the file belongs,
     which reading it then refuses in one line, saying what it is (False if nothing can be there)."""

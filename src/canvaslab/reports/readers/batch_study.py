@@ -12,7 +12,7 @@ from typing import Any
 
 from canvaslab.choices import MAX_BATCH
 from canvaslab.io import read_json
-from canvaslab.reports.readers import RESULT_LIMIT, is_file, too_many
+from canvaslab.reports.readers import RESULT_LIMIT, environment_of, is_file, too_many
 
 STUDY = "batch_size"
 FILE = "batch_study.json"
@@ -125,7 +125,7 @@ def read(folder: Path) -> BatchStudy:
     if not any(run.spread for run in runs):
         notes.append("this study did not record the spread per pass: the layer x pass heatmap needs a rerun")
     return BatchStudy(
-        source=source, environment=data.get("environment", {}), config=data.get("config", {}),
+        source=source, environment=environment_of(data), config=data.get("config", {}),
         summary=data.get("summary", {}), runs=runs, prompt_ids=[p for p in prompt_ids if p],
         classes_per_prompt=data.get("equivalence_classes_per_prompt", {}),
         reference_paths={pid: path for pid, path in references.items() if path},

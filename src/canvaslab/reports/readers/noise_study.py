@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from canvaslab.io import read_json, read_text
-from canvaslab.reports.readers import RESULT_LIMIT, is_file, too_many
+from canvaslab.reports.readers import RESULT_LIMIT, environment_of, is_file, too_many
 
 STUDY = "unused_tokens"
 FILE = "noise_study.json"
@@ -31,7 +31,7 @@ class NoiseStudy:
 
     @property
     def environment(self) -> dict[str, Any]:
-        return self.report.get("environment", {})
+        return environment_of(self.report)
 
     @property
     def plan_hash_matches(self) -> bool | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from canvaslab.choices import MAX_BATCH
 from canvaslab.io import read_json
-from canvaslab.reports.readers import RESULT_LIMIT, is_file, too_many
+from canvaslab.reports.readers import RESULT_LIMIT, environment_of, is_file, too_many
 
 STUDY = "op_scan"
 FILE = "op_scan.json"
@@ -52,4 +52,4 @@ def read(folder: Path) -> OpScan:
     data = read_json(source, max_bytes=RESULT_LIMIT, follow_links=source == folder)
     scans = data.get("scans", [])
     _check_sizes(source, scans)
-    return OpScan(source=source, environment=data.get("environment", {}), scans=scans)
+    return OpScan(source=source, environment=environment_of(data), scans=scans)

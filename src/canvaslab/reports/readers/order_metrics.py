@@ -31,7 +31,7 @@ from canvaslab.analysis.order_metrics import measure_generation
 from canvaslab.capture.commit_trace import GenerationTrace, TruncatedTraceWarning
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import MiB, UnreadableFile, parse_json, read_bytes, read_json
-from canvaslab.reports.readers import RESULT_LIMIT, is_file, too_many
+from canvaslab.reports.readers import RESULT_LIMIT, environment_of, is_file, too_many
 
 STUDY = "commit_order"
 FILE = "order_metrics.json"
@@ -62,7 +62,7 @@ class OrderStudy:
 
     @property
     def environment(self) -> dict[str, Any]:
-        return self.metrics.get("environment", {})
+        return environment_of(self.metrics)
 
     @property
     def regimes(self) -> dict[str, dict[str, Any]]:

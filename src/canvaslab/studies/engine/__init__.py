@@ -41,7 +41,10 @@ def run_study(study: Study, folder: str | Path | None, *, executor: str = "local
         with tempfile.TemporaryDirectory(prefix="canvaslab-study-") as scratch:
             return run_study(study, scratch, executor=executor, retries=retries, progress=progress,
                              ray_address=ray_address, workers=workers, state=state, limit=limit)
-    folder = check_names(Path(folder), "the study folder").resolve()  # "." must stay here if --fresh moves it away
+    given = check_names(Path(folder), "the study folder")
+    if fresh and os.path.islink(given):  # before resolving: resolved, the link's target would be moved aside
+        start_fresh(given)
+    folder = given.resolve()  # "." must stay here if --fresh moves it away
     if fresh and (kept := start_fresh(folder)) is not None:
         print(f"--fresh: the old folder is kept as {kept}", file=sys.stderr)
     check_store(folder)

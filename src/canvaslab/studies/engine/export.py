@@ -9,6 +9,7 @@ listed with their error in ``failed`` and no record.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +24,121 @@ def _cell(value: Any) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
 
 
+def _prompt_units(plan: dict[str, Any], folder: Path) -> list[str]:
+    return [prompt["prompt_id"] for prompt in plan["prompts"]]
+
+
+def _op_units(plan: dict[str, Any], folder: Path) -> list[str]:
+    from canvaslab.studies.op_scan import OPS
+
+    return [f"{mode}/{op}" for mode in plan["modes"] for op in OPS]
+
+
+def _generation_units(plan: dict[str, Any], folder: Path) -> list[str]:
+    from canvaslab.studies.commit_order.tracer import generation_id
+
+    return [generation_id(probe["probe_id"], seed) for seed in plan["seeds"] for probe in plan["probes"]]
+
+
+def _condition_units(plan: dict[str, Any], folder: Path) -> list[str]:
+    from canvaslab.studies.unused_tokens.conditions import enumerate_conditions
+    from canvaslab.studies.unused_tokens.plan import load_plan
+
+    return [condition.condition_id for condition in enumerate_conditions(load_plan(folder)[0])]
+
+
+# How each study derives its unit ids from its registered plan (as its ``Study.units`` does).
+_PLAN_UNITS = {"batch_size": _prompt_units, "op_scan": _op_units, "commit_order": _generation_units,
+               "unused_tokens": _condition_units}
+
+
+def plan_units(folder: Path, registered: dict[str, Any]) -> set[str] | None:
+    """The unit ids of ``folder``'s registered plan; None for a study canvaslab does not know (every stored
+    record is then listed)."""
+    units_of = _PLAN_UNITS.get(registered.get("study"))
+    if units_of is None:
+        return None
+    try:
+        units = set(units_of(registered["plan"], folder))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+        raise CanvaslabError(f"{folder}'s registered plan is not a {registered['study']} plan "
+                             f"({type(error).__name__}: {error}): it was not written by canvaslab") from None
+    if not all(isinstance(unit, str) for unit in units):
+        raise CanvaslabError(f"{folder}'s registered plan names units that are not texts: it was not written by "
+                             "canvaslab")
+    return units
+
+
+def _kind(value: Any) -> str | None:
+    """What a cell holds, for checking that a column holds one kind: None for null."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "number" if -2**63 <= value < 2**63 else "an integer beyond 64 bits"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "text" if _encodable(value) else "a lone surrogate"
+    return type(value).__name__
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _odd_rows(rows: list[dict[str, Any]]) -> set[int]:
+    """The rows with a record field of another kind than that field holds in most rows (a text where numbers
+    are, ties going to the first row's kind), or of a kind no column can hold."""
+    odd: set[int] = set()
+    for column in dict.fromkeys(key for row in rows for key in row if key.startswith("record.")):
+        kinds = [_kind(row.get(column)) for row in rows]
+        usual = Counter(k for k in kinds if k in ("bool", "number", "text")).most_common(1)
+        odd |= {i for i, kind in enumerate(kinds) if kind is not None and (not usual or kind != usual[0][0])}
+    return odd
+
+
+def _row(study: str, digest: str, unit: str, stored: dict[str, Any]) -> dict[str, Any]:
+    fields = {f"record.{key}": _cell(value) for key, value in stored["record"].items()}
+    return {"study": study, "plan_sha256": digest, "unit": unit, "failed": None, **fields,
+            "worker": json.dumps(stored["worker"], sort_keys=True),
+            "record": json.dumps(stored["record"], sort_keys=True)}
+
+
 def store_rows(folder: Path) -> list[dict[str, Any]]:
     registered = registered_plan(folder)
     if registered is None:
         raise CanvaslabError(f"{folder} holds no study store (store/plan.json); give a folder a study wrote")
     digest = sha256_of(registered)
     store = Store(folder, digest, read_only=True)  # a reader: damaged records stay where they are
-    units = list(store.stored_units())
-    rows = []
-    for unit, stored in store.stored(units).items():
-        fields = {f"record.{key}": _cell(value) for key, value in stored["record"].items()}
-        rows.append({"study": registered["study"], "plan_sha256": digest, "unit": unit, "failed": None, **fields,
-                     "worker": json.dumps(stored["worker"], sort_keys=True),
-                     "record": json.dumps(stored["record"], sort_keys=True)})
+    planned = plan_units(folder, registered)
+    units = _planned(store, store.stored_units(), planned)
+    rows = [_row(registered["study"], digest, unit, stored) for unit, stored in store.stored(units).items()]
+    odd = _odd_rows(rows)
+    for index in sorted(odd):
+        store.pass_over(store.path_of(rows[index]["unit"]))
+    rows = [row for index, row in enumerate(rows) if index not in odd]
     for unit, failure in store.failures().items():
-        if unit not in units:
+        if unit not in units and (planned is None or unit in planned):
             rows.append({"study": registered["study"], "plan_sha256": digest, "unit": unit,
                          "failed": failure["error"]})
     store.say_passed_over()
     return rows
+
+
+def _planned(store: Store, units: list[str], planned: set[str] | None) -> list[str]:
+    """``units`` that are the plan's; the files of the others are passed over (foreign to the plan)."""
+    if planned is None:
+        return units
+    for unit in units:
+        if unit not in planned:
+            store.pass_over(store.path_of(unit))
+    return [unit for unit in units if unit in planned]
 
 
 def store_table(folder: str | Path):

@@ -96,7 +96,11 @@ def frozen(study: str, plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def start_fresh(folder: Path) -> Path | None:
-    """Move an existing study folder aside (``DIR.1``, ``DIR.2``, ...) so the study starts over; its new name."""
+    """Move an existing study folder aside (``DIR.1``, ``DIR.2``, ...) so the study starts over; its new name.
+    A folder that is a symbolic link is refused in one line: moving it aside would move the folder it points to."""
+    if os.path.islink(folder):
+        raise CanvaslabError(f"{folder} is a symbolic link, not a study folder: --fresh moves only a real folder "
+                             "aside, never one a link points to; give the folder itself")
     # Absolute: renaming "." fails (EBUSY), and the new study must not follow a moved working directory
     folder = Path(folder).resolve()
     if not folder.exists() or not any(folder.iterdir()):

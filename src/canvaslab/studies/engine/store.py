@@ -69,9 +69,11 @@ def _named_by_id(unit: str) -> str | None:
 
 
 def _intact(stored: Any) -> bool:
-    """A stored file whose record matches its own checksum, whichever unit and plan it names."""
+    """A stored file of the shape ``save`` writes (a record and a worker that are objects) whose record matches
+    its own checksum, whichever unit and plan it names."""
     try:
         return (isinstance(stored["unit"], str) and isinstance(stored["plan_sha256"], str)
+                and isinstance(stored["record"], dict) and isinstance(stored["worker"], dict)
                 and stored["record_sha256"] == sha256_of(stored["record"]))
     except (ValueError, KeyError, TypeError):  # not an object, a field missing, NaN in the record
         return False
@@ -132,8 +134,19 @@ class Store:
     def say_passed_over(self) -> None:
         """One stderr line for the damaged records a read-only store left where they are, if any."""
         if self.passed_over:
-            print(f"{len(self.passed_over)} stored records are damaged or of another plan (e.g. {self.passed_over[0]}): "
-                  "left as they are and not counted; `run` sets them aside and redoes their units", file=sys.stderr)
+            print(f"{len(self.passed_over)} stored records are damaged or of another plan, or name no unit of this "
+                  f"plan (e.g. {self.passed_over[0]}): left as they are and not counted; `run` sets damaged ones aside "
+                  "and redoes their units", file=sys.stderr)
+
+    def pass_over(self, path: Path) -> None:
+        """List ``path`` among the files left where they are and not counted (once, however often it is read)."""
+        if path not in self.passed_over:
+            self.passed_over.append(path)
+
+    def path_of(self, unit: str) -> Path | None:
+        """The file holding the unit's record, if any."""
+        names = [name for name in (_file_name(unit), _named_by_id(unit)) if name]
+        return next((self.records_dir / n for n in names if os.path.lexists(self.records_dir / n)), None)
 
     def _record_path(self, unit: str) -> Path:
         return self.records_dir / _file_name(unit)
@@ -168,7 +181,7 @@ class Store:
                 stored = None
             if not _intact(stored) or stored["unit"] != unit:
                 if self.read_only:
-                    self.passed_over.append(path)
+                    self.pass_over(path)
                 else:
                     self._set_aside(path)
                 return None
@@ -269,9 +282,11 @@ class Store:
         for path in self._files(self.failed_dir):
             try:
                 entry = self._read(path, NOTE_LIMIT)
+                if not (isinstance(entry["unit"], str) and isinstance(entry["error"], str)):
+                    raise TypeError("a failure note names its unit and error as texts")
                 found[entry["unit"]] = entry
             except (FileNotFoundError, UnreadableFile, KeyError, TypeError):  # damaged: left there, not counted
-                self.passed_over.append(path)
+                self.pass_over(path)
         return found
 
     def _files(self, folder: Path) -> list[Path]:
@@ -284,7 +299,9 @@ class Store:
         return {unit: stored["record"] for unit, stored in self.stored(units).items()}
 
     def stored(self, units: list[str]) -> dict[str, dict[str, Any]]:
-        """The stored files of the finished units among ``units``, in that order."""
+        """The stored files of the finished units among ``units``, in that order (a unit listed twice, as a plan
+        holding one prompt twice lists it, is read once)."""
+        units = list(dict.fromkeys(units))
         self._refuse_records_of_other_units(units)
         found = {}
         for unit in units:
@@ -308,5 +325,5 @@ class Store:
             if isinstance(unit, str) and _file_name(unit) == path.name:
                 units.append(unit)
             else:
-                self.passed_over.append(path)
+                self.pass_over(path)
         return sorted(set(units))
