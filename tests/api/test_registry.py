@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import canvaslab
 from canvaslab import STUDIES, open_results
 from canvaslab.cli.main import app
+from canvaslab.studies.engine.plan import registered_plan
 
 # Study name -> plan keyword arguments that run it in seconds on the tiny preset (model="tiny" is added).
 TINY: dict[str, dict] = {
@@ -160,3 +161,13 @@ def test_a_rerun_resumes_with_the_same_summary(runs, name):
     again = entry.plan(model="tiny", **TINY[name]).run(out=out)
     assert again.outcome.ran == 0 and again.outcome.skipped == results.outcome.ran
     assert again.summary == results.summary
+
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_units_of_a_registered_plan_are_the_units_the_study_ran(runs, name):
+    """What a reader of a received folder checks its records against (``units_of_plan``) is what ran."""
+    out, _ = run_of(runs, name)
+    registered = registered_plan(out)
+    stored = set(open_results(out).to_pandas()["unit"])
+    assert set(STUDIES[name].units_of_plan(registered["plan"], out)) == stored and stored

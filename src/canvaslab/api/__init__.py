@@ -45,6 +45,7 @@ def export(folder: Union[str, Path], out: Optional[Union[str, Path]] = None, for
     export``): the rows of ``open_results(folder).to_arrow()``."""
     from canvaslab import choices
     from canvaslab.api.results import as_path
+    from canvaslab.api.registry import units_of_plan_in
     from canvaslab.studies.engine.export import export_parquet
 
     choices.one_of("--format", format, choices.EXPORT_FORMATS)
@@ -55,7 +56,7 @@ def export(folder: Union[str, Path], out: Optional[Union[str, Path]] = None, for
     if not (folder / "store" / "plan.json").is_file():
         raise CanvaslabError(f"{folder} holds no study store (store/plan.json); give a folder a study wrote")
     out = choices.writable_file("--out", folder / "records.parquet" if out is None else out, (".parquet",))
-    return export_parquet(folder, out)
+    return export_parquet(folder, out, units_of_plan_in(folder))
 
 
 def __getattr__(name: str):

@@ -13,6 +13,7 @@ one entry below (docs: "How to add a study" on the Python API page).
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -39,6 +40,12 @@ class StudyType:
     reader: ModuleType  # its folders' reader: STUDY, FILE, find(folder), read(folder)
     section: Section  # its report section
     tables: Callable[[dict[str, Any], bool], list[Any]]  # (summary, wide) -> what its command prints
+    engine_study: str  # its engine Study, "module:Class" (imported when needed: it may import torch)
+
+    def units_of_plan(self, plan: dict[str, Any], folder: Path) -> list[str]:
+        """The unit ids of the plan registered in ``folder`` (``Study.units_of_plan``)."""
+        module, name = self.engine_study.split(":")
+        return getattr(importlib.import_module(module), name).units_of_plan(plan, folder)
 
 
 def _batch_tables(summary, wide):
@@ -70,24 +77,24 @@ STUDIES: dict[str, StudyType] = {study.name: study for study in (
               "Does a row's generation depend on what shares its batch?", batch_study,
               Section(batch_study, "batch", "Batch-size study", "Row 0 alone (B=1) against row 0 inside batches of "
                       "other sizes, compared byte for byte, module by module and pass by pass.",
-                      batch_column), _batch_tables),
+                      batch_column), _batch_tables, "canvaslab.studies.batch_size.study:BatchSizeStudy"),
     StudyType("commit_order", "order-study", CommitOrderStudy, order_metrics.FILE, "generations",
               "In what order does the sampler commit canvas positions, and does its confidence predict "
               "correctness?", order_metrics,
               Section(order_metrics, "order", "Commit-order study", "In what order the sampler commits canvas "
                       "positions, per regime, and whether its confidence predicts correctness.",
-                      order_column), _order_tables),
+                      order_column), _order_tables, "canvaslab.studies.commit_order.study:OrderStudy"),
     StudyType("unused_tokens", "noise-study", NoiseStudy, noise_study.FILE, "conditions",
               "Do unused tokens in the starting noise act as hidden mask symbols?", noise_study,
               Section(noise_study, "noise", "Unused-token study", "Do <unusedN> tokens in the starting noise act as "
                       "hidden mask symbols? A pre-registered equivalence test against ordinary control tokens.",
-                      noise_column), _noise_tables),
+                      noise_column), _noise_tables, "canvaslab.studies.unused_tokens.noise_study:NoiseStudy"),
     StudyType("op_scan", "op-scan", OpScan, op_scan.FILE, "ops",
               "Which of a model's batch-sensitive ops give B=1's bits at other batch sizes, on this machine?",
               op_scan,
               Section(op_scan, "ops", "Op scan", "Each batch-sensitive op at the model's real shapes over a grid of "
                       "batch sizes: which batch sizes agree with B=1 bit for bit.", op_scan_column),
-              _op_scan_tables),
+              _op_scan_tables, "canvaslab.studies.op_scan:OpScanStudy"),
 )}
 
 
@@ -109,6 +116,15 @@ def study_in(folder: Path) -> StudyType:
         raise CanvaslabError(f"{folder} holds no study (no store/plan.json and none of "
                              f"{', '.join(study.result_file for study in STUDIES.values())})")
     return found[0]
+
+
+def units_of_plan_in(folder: Path):
+    """The ``units_of_plan`` of the study registered in ``folder``; None for a study canvaslab does not know."""
+    from canvaslab.studies.engine.plan import registered_plan
+
+    registered = registered_plan(folder) or {}
+    study = STUDIES.get(registered.get("study"))
+    return None if study is None else study.units_of_plan
 
 
 def report_sections() -> list[Section]:

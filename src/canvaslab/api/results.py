@@ -62,9 +62,10 @@ class Results:
         """The stored units as a ``pyarrow.Table``: the rows ``canvaslab export`` writes (one per finished unit:
         ``study``, ``plan_sha256``, ``unit``, ``failed``, each record field as ``record.NAME``, ``worker``,
         ``record``)."""
+        from canvaslab.api.registry import units_of_plan_in
         from canvaslab.studies.engine.export import store_table
 
-        return store_table(self._folder())
+        return store_table(self._folder(), units_of_plan_in(self._folder()))
 
     def to_pandas(self):
         """``to_arrow()`` as a ``pandas.DataFrame``."""

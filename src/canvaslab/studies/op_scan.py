@@ -47,7 +47,11 @@ class OpScanStudy(Study):
         return {"model": self.model, "modes": self.modes, "batch_sizes": self.batch_sizes, "seed": self.seed}
 
     def units(self) -> list[str]:
-        return [f"{mode}/{op}" for mode in self.modes for op in OPS]
+        return self.units_of_plan(self.plan())
+
+    @staticmethod
+    def units_of_plan(plan: dict[str, Any], folder: Path | None = None) -> list[str]:
+        return [f"{mode}/{op}" for mode in plan["modes"] for op in OPS]
 
     def groups(self) -> list[list[str]]:
         return [[f"{mode}/{op}" for op in OPS] for mode in self.modes]

@@ -17,6 +17,7 @@ import canvaslab
 from canvaslab.cli.main import main
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import write_json_atomic
+from canvaslab.studies.batch_size.study import BatchSizeStudy
 from canvaslab.studies.engine import run_study, write_stored_views
 from canvaslab.studies.engine.export import store_rows
 from canvaslab.studies.engine.plan import canonical_json, sha256_of, start_fresh
@@ -77,7 +78,7 @@ def study(tmp_path):
 def test_records_of_units_outside_the_plan_are_left_out_of_export_and_tables(study, tmp_path, capsys):
     foreign = _forge(study, "intruder")
     capsys.readouterr()
-    assert [row["unit"] for row in store_rows(study)] == ["p0", "p1", "p2"]
+    assert [row["unit"] for row in store_rows(study, BatchSizeStudy.units_of_plan)] == ["p0", "p1", "p2"]
     assert _passed_over(capsys) == 1
     assert list(canvaslab.open_results(study).to_pandas()["unit"]) == ["p0", "p1", "p2"]
     assert _passed_over(capsys) == 1

@@ -218,7 +218,11 @@ class BatchSizeStudy(Study):
                 "prompts": [asdict(p) for p in self.prompts], "signature_scheme": SIGNATURE_SCHEME}
 
     def units(self) -> list[str]:
-        return [p.prompt_id for p in self.prompts]
+        return self.units_of_plan(self.plan())
+
+    @staticmethod
+    def units_of_plan(plan: dict[str, Any], folder: Path | None = None) -> list[str]:
+        return [prompt["prompt_id"] for prompt in plan["prompts"]]
 
     def prepare(self) -> _Worker:
         loaded = self.loaded

@@ -91,6 +91,10 @@ class OrderStudy(Study):
     def units(self) -> list[str]:
         return [planned.generation_id for planned in self.planned()]
 
+    @staticmethod
+    def units_of_plan(plan: dict[str, Any], folder: Path | None = None) -> list[str]:
+        return [generation_id(probe["probe_id"], seed) for seed in plan["seeds"] for probe in plan["probes"]]
+
     def groups(self) -> list[list[str]]:
         return [[planned.generation_id for planned in batch] for batch in batches(self.planned(), self.batch_size)]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from canvaslab.choices import EXPORT_FORMATS as FORMATS
 from canvaslab.errors import CanvaslabError, RunFailed
@@ -24,38 +24,12 @@ def _cell(value: Any) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
 
 
-def _prompt_units(plan: dict[str, Any], folder: Path) -> list[str]:
-    return [prompt["prompt_id"] for prompt in plan["prompts"]]
+UnitsOfPlan = Callable[[dict[str, Any], Path], list[str]]
 
 
-def _op_units(plan: dict[str, Any], folder: Path) -> list[str]:
-    from canvaslab.studies.op_scan import OPS
-
-    return [f"{mode}/{op}" for mode in plan["modes"] for op in OPS]
-
-
-def _generation_units(plan: dict[str, Any], folder: Path) -> list[str]:
-    from canvaslab.studies.commit_order.tracer import generation_id
-
-    return [generation_id(probe["probe_id"], seed) for seed in plan["seeds"] for probe in plan["probes"]]
-
-
-def _condition_units(plan: dict[str, Any], folder: Path) -> list[str]:
-    from canvaslab.studies.unused_tokens.conditions import enumerate_conditions
-    from canvaslab.studies.unused_tokens.plan import load_plan
-
-    return [condition.condition_id for condition in enumerate_conditions(load_plan(folder)[0])]
-
-
-# How each study derives its unit ids from its registered plan (as its ``Study.units`` does).
-_PLAN_UNITS = {"batch_size": _prompt_units, "op_scan": _op_units, "commit_order": _generation_units,
-               "unused_tokens": _condition_units}
-
-
-def plan_units(folder: Path, registered: dict[str, Any]) -> set[str] | None:
-    """The unit ids of ``folder``'s registered plan; None for a study canvaslab does not know (every stored
-    record is then listed)."""
-    units_of = _PLAN_UNITS.get(registered.get("study"))
+def plan_units(folder: Path, registered: dict[str, Any], units_of: UnitsOfPlan | None) -> set[str] | None:
+    """The unit ids of ``folder``'s registered plan, by its study's ``Study.units_of_plan``; None without one
+    (every stored record is then listed)."""
     if units_of is None:
         return None
     try:
@@ -110,13 +84,15 @@ def _row(study: str, digest: str, unit: str, stored: dict[str, Any]) -> dict[str
             "record": json.dumps(stored["record"], sort_keys=True)}
 
 
-def store_rows(folder: Path) -> list[dict[str, Any]]:
+def store_rows(folder: Path, units_of: UnitsOfPlan | None = None) -> list[dict[str, Any]]:
+    """One row per stored unit of the plan (``units_of``: the study's ``Study.units_of_plan``; records of other
+    units are passed over) and one per failed unit."""
     registered = registered_plan(folder)
     if registered is None:
         raise CanvaslabError(f"{folder} holds no study store (store/plan.json); give a folder a study wrote")
     digest = sha256_of(registered)
     store = Store(folder, digest, read_only=True)  # a reader: damaged records stay where they are
-    planned = plan_units(folder, registered)
+    planned = plan_units(folder, registered, units_of)
     units = _planned(store, store.stored_units(), planned)
     rows = [_row(registered["study"], digest, unit, stored) for unit, stored in store.stored(units).items()]
     odd = _odd_rows(rows)
@@ -141,21 +117,21 @@ def _planned(store: Store, units: list[str], planned: set[str] | None) -> list[s
     return [unit for unit in units if unit in planned]
 
 
-def store_table(folder: str | Path):
+def store_table(folder: str | Path, units_of: UnitsOfPlan | None = None):
     """``folder``'s store as one ``pyarrow.Table`` (the rows of ``store_rows``; a column a row lacks is null)."""
     import pyarrow as pa
 
-    rows = store_rows(Path(folder))
+    rows = store_rows(Path(folder), units_of)
     columns = list(dict.fromkeys(key for row in rows for key in row))
     return pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
 
 
-def export_parquet(folder: str | Path, path: str | Path) -> Path:
+def export_parquet(folder: str | Path, path: str | Path, units_of: UnitsOfPlan | None = None) -> Path:
     """Write ``folder``'s store to ``path`` (atomically, ``canvaslab.io.atomic_writer``)."""
     import pyarrow.parquet as pq
 
     path = check_names(path, "--out")
-    table = store_table(folder)
+    table = store_table(folder, units_of)
     try:
         with atomic_writer(path, binary=True) as handle:
             pq.write_table(table, handle)

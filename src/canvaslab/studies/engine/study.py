@@ -16,6 +16,7 @@ A study is a small picklable object (it travels to Ray workers) that holds its p
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterator
 
 
@@ -27,6 +28,12 @@ class Study:
         raise NotImplementedError
 
     def units(self) -> list[str]:
+        raise NotImplementedError
+
+    @staticmethod
+    def units_of_plan(plan: dict[str, Any], folder: Path) -> list[str]:
+        """The unit ids ``units()`` gives, from the plan registered in ``folder`` (its store's ``plan``): what a
+        reader of a received folder checks its records against."""
         raise NotImplementedError
 
     def groups(self) -> list[list[str]]:

@@ -269,6 +269,11 @@ class NoiseStudy(Study):
     def units(self) -> list[str]:
         return [condition.condition_id for condition in self.conditions()]
 
+    @staticmethod
+    def units_of_plan(plan: dict[str, Any], folder: Path) -> list[str]:
+        """The condition ids of the plan registered in ``folder`` (``plan`` only names it by its hash)."""
+        return [condition.condition_id for condition in enumerate_conditions(load_plan(folder)[0])]
+
     def groups(self) -> list[list[str]]:
         return [[c.condition_id for c in group]
                 for _, group in groupby(self.conditions(), key=lambda condition: condition.base_id)]
