@@ -8,10 +8,12 @@ A few subprocess checks run the real entry point.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -43,15 +45,33 @@ def _refuse(*args, **kwargs):
     raise WorkStarted
 
 
-def _no_work(monkeypatch) -> None:
-    # Import every module first: one imported while another's function is patched would keep the patch.
-    modules = [importlib.import_module(module) for module, _ in WORK]
-    for module, (_, name) in zip(modules, WORK):
-        monkeypatch.setattr(module, name, _refuse)
+@contextlib.contextmanager
+def no_work():
+    """Every work function replaced by ``_refuse`` for the block, and the originals back after it."""
+    with pytest.MonkeyPatch.context() as patch:
+        originals = {}
+        for module, name in WORK:
+            target = importlib.import_module(module)
+            originals[name] = getattr(target, name)
+            patch.setattr(target, name, _refuse)
+        try:
+            yield patch
+        finally:
+            _restore_copies(originals)
+
+
+def _restore_copies(originals: dict) -> None:
+    # A module first imported inside the block (commands import lazily: the commit-order study, the noise
+    # study) binds the patch with ``from ... import name``; monkeypatch knows nothing of that copy, which would
+    # outlive the test and refuse the work of every later test (tests/api).
+    for module in [module for name, module in list(sys.modules.items()) if name.startswith("canvaslab")]:
+        for name, value in list(vars(module).items()):
+            if value is _refuse:
+                setattr(module, name, originals[name])
 
 
 @pytest.fixture
-def files(tmp_path, monkeypatch) -> Path:
+def files(tmp_path, monkeypatch) -> Iterator[Path]:
     """A folder of the paths the cases name, as the working directory."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("x\n")
@@ -59,8 +79,8 @@ def files(tmp_path, monkeypatch) -> Path:
     (tmp_path / "folder").mkdir()
     (tmp_path / "plan").mkdir()
     (tmp_path / "traces.jsonl").write_text("{}\n")
-    _no_work(monkeypatch)
-    return tmp_path
+    with no_work():
+        yield tmp_path
 
 
 def invoke(args: list[str]):
@@ -235,9 +255,8 @@ def numeric_folder(tmp_path_factory):
 
 
 def _run_numeric(folder: Path, prefix: list[str], option: str, value: int):
-    with pytest.MonkeyPatch.context() as patch:
+    with no_work() as patch:
         patch.chdir(folder)
-        _no_work(patch)
         return invoke([*prefix, option, str(value)])
 
 
@@ -253,6 +272,18 @@ def test_numeric_options_refuse_out_of_range_and_accept_the_rest(numeric_folder,
     valid = data.draw(st.integers(min_value=low, max_value=high if high is not None else 10**9), label="valid")
     result = _run_numeric(numeric_folder, prefix, option, valid)
     assert isinstance(result.exception, WorkStarted), (result.exit_code, result.output, result.stderr)
+
+
+def test_no_patch_outlives_its_block(numeric_folder, monkeypatch):
+    """The order study's module, first imported while the work is refused, must not keep the refusal: the
+    study of a later test would stop at its measures."""
+    import canvaslab.analysis.order_metrics as order_metrics
+
+    monkeypatch.delitem(sys.modules, "canvaslab.studies.commit_order.study", raising=False)
+    result = _run_numeric(numeric_folder, ["order-study", "--out", "o"], "--seeds", 1)
+    assert isinstance(result.exception, WorkStarted)
+    study = sys.modules["canvaslab.studies.commit_order.study"]
+    assert study.compute_order_metrics is order_metrics.compute_order_metrics
 
 
 def test_checks_after_parsing_still_come_before_any_weights(tmp_path, monkeypatch):

@@ -168,17 +168,19 @@ def engine_options(executor: str, ray_address: Optional[str], workers: Optional[
     return {"executor": executor, "ray_address": ray_address, "workers": workers, "retries": retries, "fresh": fresh}
 
 
-def run_and_print(study: str, run: Callable, out: Optional[Path], wide: bool = False, files: Sequence[str] = ()) -> None:
+def run_and_print(study: str, run: Callable, out: Optional[Path], wide: bool = False, files: Sequence[str] = (),
+                  phases: Optional[dict[str, str]] = None) -> None:
     """What every study command does once its options are checked: ``run(progress)`` (a call of the Python API
     returning ``Results``) under a progress line, then the study's tables, the files written and the outcome
-    (exit 1 if a unit failed). ``study``: its name in the registry of studies."""
+    (exit 1 if a unit failed). ``study``: its name in the registry of studies; ``phases``: later phases the
+    study reports by name, each with its own unit (``cli.progress.Phased``)."""
     from rich.console import Console
 
     from canvaslab.api.registry import study_type
-    from canvaslab.cli.progress import Deferred, progress
+    from canvaslab.cli.progress import Deferred, Phased, progress
 
     kind = study_type(study)
-    with Deferred(progress(kind.section.title.lower(), kind.unit)) as report:
+    with Phased(Deferred(progress(kind.section.title.lower(), kind.unit)), phases or {}) as report:
         results = run(report)
     console = Console()
     for table in results.tables(wide):

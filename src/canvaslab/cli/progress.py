@@ -4,7 +4,8 @@ On a terminal: rich's bar on stderr, gone when the command ends. Otherwise (a lo
 would print nothing useful, so plain lines go to stderr: one when the work starts, one when a unit finishes
 (at most one per ``min_gap`` seconds, and always the last), and a heartbeat every ``heartbeat`` seconds
 while a long unit runs, so a log never sits silent for minutes. Every study calls
-``progress(done, total, doing)``, ``doing`` naming the unit now running. ``doing`` may hold a prompt id or
+``progress(done, total, doing)``, ``doing`` naming the unit now running, or a later phase of other units
+(``Phased``: the commit-order study's ``baseline``, counted in probes). ``doing`` may hold a prompt id or
 other text from outside: it is shown with its control characters escaped and never read as markup.
 """
 
@@ -131,3 +132,24 @@ class Deferred:
             self.display.__enter__()
             self.started = True
         self.display(done, total, doing)
+
+
+class Phased:
+    """One progress callback for a study with later phases of other units: a report whose ``doing`` names a
+    phase (``phases``: name -> unit) ends the display so far and counts on in a display of that phase's own, so
+    that the commit-order study's baseline probes are not shown as its generations."""
+
+    def __init__(self, display, phases: dict[str, str], stream: Optional[TextIO] = None):
+        self.display, self.phases, self.stream, self.phase = display, phases, stream, None
+
+    def __enter__(self) -> "Phased":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.display.__exit__(*exc)
+
+    def __call__(self, done: int, total: Optional[int], doing: str = "") -> None:
+        if doing in self.phases and doing != self.phase:
+            self.display.__exit__(None, None, None)
+            self.display, self.phase = Deferred(progress(doing, self.phases[doing], self.stream)), doing
+        self.display(done, total, "" if doing == self.phase else doing)

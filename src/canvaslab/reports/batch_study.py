@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
-from rich.table import Table
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.table import Column, Table
 
 from canvaslab.reports.names import cell, compact_location, compact_module_path, plain
 from canvaslab.terminal import printable
@@ -46,10 +48,10 @@ def batch_study_table(result: dict[str, Any], wide: bool = False) -> Table:
     origins = [_origin_cell(run, name) for run in result["runs"]]
     # The origin is usually the first divergence itself: then the caption says so and the column is left out.
     show_origin = wide or any(origin not in ("itself", "-") for origin in origins)
-    table = Table(title="batch-size study: the prompt as a row of a batch vs alone (B=1); router/logits: % changed in "
-                        "the first differing decoder pass",
-                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
-    # Names may fold on a narrow terminal; numbers never do.
+    table = _WordWrapTable(title="batch-size study: the prompt as a row of a batch vs alone (B=1); router/logits: "
+                           "% changed in the first differing decoder pass",
+                           box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=GAP)
+    # Names wrap between words (see _WordWrapTable) and fold only where even that cannot fit; numbers never do.
     table.add_column("prompt", overflow="fold")
     table.add_column("B", justify="right", no_wrap=True)
     table.add_column("first divergence", overflow="fold")
@@ -70,6 +72,47 @@ def batch_study_table(result: dict[str, Any], wide: bool = False) -> Table:
         caption += "; origin: in every diverged run the first divergence itself (its inputs matched)"
     table.caption = plain(caption)
     return table
+
+
+class _WordWrapTable(Table):
+    """A table whose text columns wrap between words, never inside a module path, wherever the console has room
+    for their longest words. rich alone narrows the widest wrapping columns evenly, which cuts
+    ``enc.rotary_emb[full_attention]`` in two while the origin column beside it could have wrapped instead."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        self.padding = GAP
+        if not _narrow_between_words(self, console, options):
+            self.padding = (0, 0, 0, 0)  # the box's divider alone between columns, before a name is cut
+            _narrow_between_words(self, console, options)
+        yield from super().__rich_console__(console, options)
+
+
+GAP = (0, 1, 0, 0)
+
+
+def _narrow_between_words(table: Table, console: Console, options: ConsoleOptions) -> bool:
+    """Narrow the wrapping columns, the last first (origin, then first divergence, then prompt), each at most
+    down to its longest word, until the table fits. False where that is not enough: rich's own folding decides."""
+    wrapping = [column for column in table.columns if not column.no_wrap]
+    for column in wrapping:
+        column.width = None  # a table printed twice is fitted anew for each console
+    excess = Measurement.get(console, options.update_width(10**6), table).maximum - options.max_width
+    for column in reversed(wrapping):
+        if excess <= 0:
+            break
+        longest_word, longest_line = _span(console, options, column)
+        column.width = longest_line - min(excess, longest_line - longest_word)
+        excess -= longest_line - column.width
+    if excess > 0:
+        for column in wrapping:
+            column.width = None
+    return excess <= 0
+
+
+def _span(console: Console, options: ConsoleOptions, column: Column) -> tuple[int, int]:
+    """A column's content width: (its longest word, its longest line), header included."""
+    spans = [Measurement.get(console, options.update_width(10**6), cell) for cell in (column.header, *column.cells)]
+    return max(span.minimum for span in spans), max(span.maximum for span in spans)
 
 
 def _caption(result: dict[str, Any]) -> str:

@@ -139,9 +139,20 @@ def test_cli_study_with_baseline_prints_the_table(tiny_llama, tmp_path, capsys):
     assert all(0.0 <= r["accuracy"] <= 1.0 for r in metrics["baseline"]["regimes"].values())
     assert metrics["study"]["command"]["prompts_per_regime"] == 2
     assert (out / BASELINE_FILE).is_file()
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "AR acc" in printed and "factual" in printed and "json" in printed
     assert "pooled AUROC" in printed  # the same lines as order-metrics on the same traces
+    _assert_phases_labelled(captured.err.splitlines())
+
+
+def _assert_phases_labelled(lines: list[str]) -> None:
+    """The baseline's probes are counted as probes, after the study's generations, never as generations."""
+    baseline = lines.index("baseline: started, 0:00:00")
+    assert all(line.startswith("commit-order study: ") for line in lines[:baseline]), lines
+    assert all(line.startswith("baseline: ") for line in lines[baseline:]), lines
+    assert lines[-1].startswith("baseline: 4/4 probes finished"), lines
+    assert not any("running baseline" in line for line in lines), lines
 
 
 def test_cli_refuses_a_missing_baseline_before_generating(tmp_path, capsys):
