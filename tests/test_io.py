@@ -6,16 +6,19 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from canvaslab import io
 from canvaslab.capture.commit_trace import AcceptCall, GenerationTrace, append_trace, export_parquet, write_traces
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import (NotRegularFile, UnreadableFile, append_line, atomic_writer, check_names, check_real_folders,
-                          nesting_depth, read_json, write_json_atomic, write_text_atomic)
+from canvaslab.io import (MiB, NotRegularFile, UnreadableFile, append_line, atomic_writer, check_names, check_real_folders,
+                          nesting_depth, parse_json, read_json, write_json_atomic, write_text_atomic)
 from canvaslab.studies.unused_tokens.vocab_scan import save_token_counts
 
 
@@ -99,6 +102,55 @@ def test_read_json_refuses_a_file_over_its_limit_before_parsing_it(tmp_path):
         read_json(path, max_bytes=1000)
     assert "1,000 bytes" in _one_line(refused.value)
     assert read_json(path, max_bytes=10_000)[:2] == [0, 0]
+
+
+def test_a_json_file_over_the_parse_limit_is_refused_by_its_size_before_it_is_read(tmp_path, monkeypatch):
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as handle:
+        handle.truncate(io.JSON_LIMIT + MiB)  # sparse: takes no disk
+    monkeypatch.setattr(io.json, "loads", lambda *args, **kwargs: pytest.fail("parsed"))
+    with pytest.raises(UnreadableFile) as refused:
+        read_json(path, max_bytes=2 * io.JSON_LIMIT)  # a caller's larger limit does not lift the parse limit
+    assert f"{io.JSON_LIMIT // MiB + 1} MiB, more than the {io.JSON_LIMIT // MiB} MiB" in _one_line(refused.value)
+
+
+def test_parse_json_refuses_text_over_the_parse_limit(monkeypatch):
+    monkeypatch.setattr(io, "JSON_LIMIT", 1000, raising=False)
+    with pytest.raises(UnreadableFile) as refused:
+        parse_json(b"[" + b"0," * 1000 + b"0]", source="record.json")
+    assert "record.json is 2,003 bytes of JSON, more than the 1,000 bytes canvaslab parses" in _one_line(refused.value)
+
+
+def test_running_out_of_memory_while_parsing_is_one_line(monkeypatch):
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(io.json, "loads", exhausted)
+    with pytest.raises(UnreadableFile) as refused:
+        parse_json("[0]", source="noise_study.json")
+    assert "noise_study.json: not enough memory to parse its 3 bytes of JSON" in _one_line(refused.value)
+
+
+_PARSE_UNDER_A_MEMORY_LIMIT = r"""
+import re, resource, sys
+from canvaslab.io import UnreadableFile, read_json
+size = int(re.search(r"VmSize:\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + 256 * 2**20, resource.RLIM_INFINITY))
+try:
+    read_json(sys.argv[1])
+except UnreadableFile as error:
+    sys.exit(f"error: {error}")
+"""
+
+
+def test_a_file_that_exhausts_a_memory_limit_is_one_line_not_a_traceback(tmp_path):
+    path = tmp_path / "lists.json"
+    path.write_text("[" + ",".join(["[]"] * (8 * MiB)) + "]")  # 24 MiB of text, about 600 MB of lists
+    done = subprocess.run([sys.executable, "-c", _PARSE_UNDER_A_MEMORY_LIMIT, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (f"error: {path}: not enough memory to parse its 24 MiB of JSON: free memory or raise the "
+                           "process's memory limit\n")
 
 
 def test_a_deeply_nested_file_is_one_line_not_a_recursion_error(tmp_path):

@@ -78,6 +78,14 @@ def test_a_deeply_nested_result_file_is_one_line(tmp_path, capsys):
     assert "more than 100 deep" in _refused(capsys, [folder])
 
 
+def test_a_result_file_too_big_to_parse_is_one_line_before_it_is_read(tmp_path, capsys):
+    folder = tmp_path / "received"
+    folder.mkdir()
+    with open(folder / "noise_study.json", "wb") as handle:
+        handle.truncate(300 << 20)  # sparse: 300 MiB on paper, none on disk
+    assert "noise_study.json is 300 MiB, more than the 256 MiB" in _refused(capsys, [folder])
+
+
 def _batch_sizes(folder, count):
     run = {"prompt_id": "p", "batch_size": 2, "record": None}
     data = {"study": "batch_size", "config": {"prompts": [{"prompt_id": "p"}]},

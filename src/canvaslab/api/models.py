@@ -58,14 +58,19 @@ def load_model(model: str = "tiny", *, dtype: str = "auto", device: str = "cpu",
 
 @dataclass(frozen=True)
 class GeneratedRow:
-    """One prompt's generation."""
+    """One prompt's generation.
+
+    ``tokens`` are the answer's token ids, the ones ``text`` decodes: the generated canvas up to, not including, its
+    first end-of-sequence token. The canvas goes on after that token, filled with the pad id
+    (``Generation.settings["pad_token_id"]``, 0 for the presets and ``mini``); those positions are not part of
+    ``tokens``. Without an end-of-sequence token (the budget used up), ``tokens`` is the whole generated canvas."""
 
     prompt: str
     text: str
-    tokens: tuple[int, ...]  # the generated token ids
+    tokens: tuple[int, ...]  # the answer's token ids: no end-of-sequence token, no padding
     stop_passes: tuple[Optional[int], ...]  # per canvas: decoder passes until the stop fired (None: budget used up)
     passes: tuple[int, ...]  # per canvas: the decoder passes that counted for this row
-    eos_position: Optional[int]  # where the end-of-sequence token is among ``tokens`` (None: none)
+    eos_position: Optional[int]  # where the canvas's first end-of-sequence token is: len(tokens) (None: none)
 
     @property
     def stop_point(self) -> dict[str, Any]:
@@ -86,6 +91,7 @@ class Generation:
 
     @property
     def tokens(self) -> list[tuple[int, ...]]:
+        """Each row's answer tokens (``GeneratedRow.tokens``: no end-of-sequence token, no padding)."""
         return [row.tokens for row in self.rows]
 
 
@@ -118,6 +124,11 @@ def generate(prompts: Union[str, Sequence[str]], model: Any = "tiny", *, mode: s
     ids = [encode_prompt(loaded.tokenizer, text) for text in prompts]
     output = generate_rows(loaded, ids, seed=seed, rng=rng, mode=mode,
                            generation={"max_denoising_steps": steps, "max_new_tokens": max_new_tokens})
-    rows = tuple(GeneratedRow(text, row.text, tuple(row.tokens), tuple(row.stop_passes), tuple(row.passes),
-                              row.eos_position) for text, row in zip(prompts, output.rows))
+    rows = tuple(_generated_row(text, row) for text, row in zip(prompts, output.rows))
     return Generation(rows, dict(output.settings))
+
+
+def _generated_row(prompt: str, row: Any) -> GeneratedRow:
+    """The runner's row as the API gives it: the tokens cut at the end-of-sequence token (see ``GeneratedRow``)."""
+    tokens = row.tokens if row.eos_position is None else row.tokens[:row.eos_position]
+    return GeneratedRow(prompt, row.text, tuple(tokens), tuple(row.stop_passes), tuple(row.passes), row.eos_position)

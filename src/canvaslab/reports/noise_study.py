@@ -1,10 +1,13 @@
-"""The noise study's terminal table: one row per (comparison, outcome), the safeguard in the caption.
+"""The noise study's terminal table: one row per (comparison, outcome), the safeguard in the caption. A real study
+has 12 effects; past ``MAX_TABLE_ROWS`` the table lists the first ones and its caption counts every verdict
+(``noise_study.json`` holds them all).
 
 Names read from the report (comparisons, outcomes, verdicts, fields) are shown with control characters escaped
 and never read as markup."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from rich.table import Table
@@ -12,6 +15,8 @@ from rich.table import Table
 from canvaslab.choices import NOISE_CHECK_DESIGNS
 from canvaslab.reports.names import plain
 from canvaslab.terminal import printable
+
+MAX_TABLE_ROWS = 64
 
 
 def _number(value: float | None, digits: int = 4) -> str:
@@ -40,6 +45,15 @@ def _row(effect: dict[str, Any]) -> list[str]:
             _number(effect["tost_p"], 3), printable(effect["verdict"])]
 
 
+def _rows_note(effects: list[dict[str, Any]]) -> str:
+    """Where the table lists only the first effects: how many, and the verdicts of all of them."""
+    if len(effects) <= MAX_TABLE_ROWS:
+        return ""
+    verdicts = ", ".join(f"{verdict} {count:,}" for verdict, count in Counter(str(e["verdict"]) for e in effects).items())
+    return (f"Listed: the first {MAX_TABLE_ROWS} of {len(effects):,} effects (every one is in noise_study.json); "
+            f"verdicts of all {len(effects):,}: {verdicts}. ")
+
+
 def _check_note(report: dict[str, Any]) -> str:
     """Designs sized to test the machinery answer like studies; say that they are not."""
     design = report.get("design")
@@ -56,12 +70,12 @@ def noise_study_table(report: dict[str, Any]) -> Table:
         f"{_check_note(report)}")))
     columns = ("comparison", "outcome", "prompts" if report.get("unit") == "prompt" else "pairs", "mean diff", f"{report['effects'][0]['ci_level']:.0%} CI", "margin",
                "TOST p", "verdict")
-    rows = [_row(effect) for effect in report["effects"]]
+    rows = [_row(effect) for effect in report["effects"][:MAX_TABLE_ROWS]]
     for index, name in enumerate(columns):
         # Never narrower than the longest cell: a narrow terminal wraps the table, not the numbers.
         table.add_column(name, min_width=max(len(cell) for cell in [name, *(row[index] for row in rows)]))
     for row in rows:
         table.add_row(*map(plain, row))
-    table.caption = plain(printable(f"* primary outcome. "
+    table.caption = plain(printable(f"* primary outcome. {_rows_note(report['effects'])}"
                                     f"{_safeguard_caption(report['safeguard'], report.get('analysed_run'))}"))
     return table
