@@ -67,7 +67,13 @@ def _checked_engine_run(study, out: Optional[Path], engine: dict[str, Any], prog
 
     if not engine["fresh"]:
         check_registered(out, study.name, study.plan())
-    study.loaded = loaded_for() if engine["executor"] == "local" else None  # Ray workers load their own
+    if engine["executor"] == "local":
+        study.loaded = loaded_for()
+    else:  # Ray workers load their own model: the prompts are checked here by its tokenizer, before any work
+        from canvaslab.models.loading import load_tokenizer
+
+        study.loaded = None
+        study.check_prompts(load_tokenizer(study.model["spec"]))
     summary, outcome = run_study(study, out, progress=progress, **engine)
     return Results.of_run(study.name, out, summary, outcome)
 

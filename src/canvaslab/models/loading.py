@@ -139,6 +139,15 @@ def _load_config_file(path: Path, dtype: str, device: torch.device, layers: int 
     return LoadedModel(model, tokenizer, source, dict(REAL_GENERATION_DEFAULTS))
 
 
+def _checkpoint_tokenizer(path: Path, config: DiffusionGemmaConfig) -> PreTrainedTokenizerBase:
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as error:
+        raise CanvaslabError(f"no usable tokenizer in {path}: {str(error).splitlines()[0]}") from None
+    _check_tokenizer(tokenizer, config.text_config.vocab_size, str(path))
+    return tokenizer
+
+
 def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int | None) -> LoadedModel:
     config = _read_config(path / "config.json")
     if not any((path / name).exists() for name in WEIGHT_FILES):
@@ -147,11 +156,7 @@ def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int |
             f"pass {path / 'config.json'} to build random weights from that config"
         )
     _keep_layers(config, layers, str(path))
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError) as error:
-        raise CanvaslabError(f"no usable tokenizer in {path}: {str(error).splitlines()[0]}") from None
-    _check_tokenizer(tokenizer, config.text_config.vocab_size, str(path))
+    tokenizer = _checkpoint_tokenizer(path, config)
     with progress_bars_only_on_a_terminal():
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(
             path, config=config, dtype=resolve_dtype(dtype, torch.bfloat16), local_files_only=True
@@ -218,6 +223,20 @@ def load_model(
     if not (path / "config.json").exists():
         raise CanvaslabError(f"{path} is a directory without config.json: not a model checkpoint")
     return _load_checkpoint(path, dtype, torch_device, layers)
+
+
+def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
+    """The tokenizer ``load_model(spec)`` would give, without building or reading the weights: for checks of a
+    study's prompts in a process that runs none of its units (e.g. the driver of Ray workers)."""
+    if spec in PRESETS:
+        return build_synthetic_tokenizer(PRESETS[spec].build_config(None).text_config.vocab_size)
+    package = find_diffusion_model(spec)
+    path = package.folder if package is not None else Path(spec).expanduser()
+    if path.is_file():
+        return build_synthetic_tokenizer(_read_config(path).text_config.vocab_size)
+    if not (path / "config.json").exists():
+        return load_model(spec).tokenizer  # the loader's own one-line refusal of a path it cannot use
+    return _checkpoint_tokenizer(path, _read_config(path / "config.json"))
 
 
 def load_study_model(spec: dict[str, Any]) -> LoadedModel:

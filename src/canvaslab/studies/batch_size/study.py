@@ -202,10 +202,13 @@ class BatchSizeStudy(Study):
     @loaded.setter
     def loaded(self, loaded) -> None:
         """The model of this process (the local executor's): its tokenizer checks the prompts as it is attached,
-        before the engine registers the plan or runs a unit (Ray workers check theirs in ``prepare``)."""
+        before the engine registers the plan or runs a unit (for Ray, ``check_prompts`` before the run)."""
         if loaded is not None:
             self.encoded(loaded.tokenizer)
         self._loaded = loaded
+
+    def check_prompts(self, tokenizer) -> None:
+        self.encoded(tokenizer)
 
     def encoded(self, tokenizer) -> dict[str, list[int]]:
         """Each prompt's ids under the model's own tokenizer, refused if too short for how the study feeds it."""

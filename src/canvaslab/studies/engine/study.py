@@ -30,6 +30,10 @@ class Study:
     def units(self) -> list[str]:
         raise NotImplementedError
 
+    def check_prompts(self, tokenizer) -> None:
+        """Refuse (one line) prompts the model cannot run, from its tokenizer alone: the engine's caller checks
+        before any unit runs where the workers load their own model (Ray). Nothing to check by default."""
+
     @staticmethod
     def units_of_plan(plan: dict[str, Any], folder: Path) -> list[str]:
         """The unit ids ``units()`` gives, from the plan registered in ``folder`` (its store's ``plan``): what a
