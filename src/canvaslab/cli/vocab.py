@@ -29,8 +29,10 @@ def vocab_scan(
     tokenizer: Annotated[str, typer.Option(
         "--tokenizer", help=f"a preset ({', '.join(TOKENIZER_PRESET_NAMES)}) or a local tokenizer directory")],
     corpus: Annotated[List[Path], typer.Option("--corpus", help="UTF-8 text file to scan (repeatable)")] = [],
-    canvas_length: Annotated[int, typer.Option("--canvas-length", help="tokens per canvas",
-                                               callback=options.whole_number(1))] = 256,
+    canvas_length: Annotated[Optional[int], typer.Option(
+        "--canvas-length", help="tokens per canvas (default: the canvas of the model the tokenizer belongs to: "
+        "mini 128, tiny and real-shapes 256, a checkpoint folder's config.json; else DiffusionGemma's 256)",
+        callback=options.whole_number(1))] = None,
     out: Annotated[Path, typer.Option("--out", help="folder for vocab_scan.json (+ token_counts.npy)",
                                       callback=options.writable_folder)] = Path("runs/vocab-scan"),
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir",
@@ -42,14 +44,18 @@ def vocab_scan(
     from canvaslab.io import write_json_atomic
     from canvaslab.reports.vocab_scan import vocab_scan_table
     from canvaslab.studies.unused_tokens import resolve_tokenizer, save_token_counts, scan_corpus, scan_report
+    from canvaslab.studies.unused_tokens.vocab_scan import CanvasLength, canvas_length_of
 
     _check_corpus_files(corpus)
     tok = resolve_tokenizer(tokenizer, cache_dir)
+    canvas = canvas_length_of(tokenizer) if canvas_length is None else CanvasLength(canvas_length, "--canvas-length")
     scan = scan_corpus(tok, corpus) if corpus else None
-    report = scan_report(tokenizer, tok, canvas_length, scan)
+    report = scan_report(tokenizer, tok, canvas.tokens, scan, canvas_source=canvas.source)
     if scan is not None:
         report["corpus"]["token_counts_file"] = str(save_token_counts(out / COUNTS_FILE, scan.token_counts))
     write_json_atomic(out / REPORT_FILE, report)
     console = Console()
     console.print(vocab_scan_table(report))
+    console.print(printable(f"canvas of {canvas.tokens} tokens: {canvas.source}"), markup=False, emoji=False,
+                  highlight=False)
     console.print(printable(f"wrote {out / REPORT_FILE}"), markup=False, emoji=False, highlight=False)

@@ -25,12 +25,19 @@ BASELINE_COLUMN = "AR acc"  # the autoregressive baseline's accuracy (``order-st
 def order_metrics_tables(metrics: dict[str, Any], wide: bool = False) -> list[Table]:
     """The regime tables; with a scored baseline (``metrics["baseline"]``) the last one adds its accuracy."""
     cells = {regime: _cells(regime, summary) for regime, summary in metrics["regimes"].items()}
-    title = printable(f"commit order: {metrics['n_generations']} generations, 95% prompt-clustered CIs")
+    title = printable(f"commit order: {metrics['n_generations']} generations, {_intervals(metrics)}")
     extra = _baseline_column(metrics)
     if wide:
         return [_table(title, cells, ORDER_COLUMNS + CONFIDENCE_COLUMNS[1:], extra)]
     return [_table(title, cells, ORDER_COLUMNS, {}),
             _table("confidence vs correctness, per regime", cells, CONFIDENCE_COLUMNS, extra)]
+
+
+def _intervals(metrics: dict[str, Any]) -> str:
+    """What the brackets under a value are: none when the bootstrap was turned off (``--bootstrap 0``)."""
+    if metrics.get("n_bootstrap") == 0:
+        return "no CIs (--bootstrap 0)"
+    return "95% prompt-clustered CIs"
 
 
 def _baseline_column(metrics: dict[str, Any]) -> dict[str, list[str]]:

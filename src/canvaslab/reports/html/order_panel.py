@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from canvaslab.analysis.order_metrics import commit_calls
 from canvaslab.reports.html import figures
@@ -85,6 +86,8 @@ def raster_figure(study: OrderStudy, picked: dict[str, list]):
                          fontsize=8)
             ax.set_xlabel("canvas position (token index)")
             ax.set_ylabel("accept call (0-based)")
+            for axis in (ax.xaxis, ax.yaxis):  # calls and positions are whole numbers: no tick at -0.5 or 0.5
+                axis.set_major_locator(MaxNLocator(integer=True))
     fig.legend(handles=[Patch(facecolor=c, edgecolor="grey", label=label) for label, c in RASTER_KINDS],
                loc="outside lower center", ncol=3, frameon=False, fontsize=7)
     fig.suptitle(f"Commit rasters: per regime, the {cols} generations whose τ_b is nearest the regime's median")

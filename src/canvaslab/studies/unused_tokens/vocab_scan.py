@@ -93,6 +93,59 @@ def contiguous_blocks(ids: Sequence[int]) -> list[tuple[int, int]]:
     return blocks
 
 
+DIFFUSION_GEMMA_CANVAS = 256  # DiffusionGemma's canvas_length (transformers' DiffusionGemmaConfig)
+
+
+@dataclass(frozen=True)
+class CanvasLength:
+    """The canvas the expected count is for, and where its length comes from (printed and written)."""
+
+    tokens: int
+    source: str
+
+
+def canvas_length_of(tokenizer_spec: str) -> CanvasLength:
+    """The canvas of the model a ``--tokenizer`` value belongs to: a preset model's (``tiny``, ``real-shapes``),
+    a registered model's (``mini``: its checkpoint's ``config.json``), or a checkpoint folder's ``config.json``
+    ``canvas_length``; DiffusionGemma's 256 for a tokenizer of no model (``gemma3``, a tokenizer folder)."""
+    from canvaslab.models.presets import PRESETS
+    from canvaslab.models.registry import find_model
+
+    if tokenizer_spec in PRESETS:
+        return CanvasLength(PRESETS[tokenizer_spec].build_config().canvas_length, f"the {tokenizer_spec} model's")
+    path = Path(tokenizer_spec).expanduser()
+    if not path.is_dir():
+        try:
+            package = find_model(tokenizer_spec)
+        except CanvaslabError:  # a model of this repository that is not installed: its recipe's canvas
+            package = None
+            if tokenizer_spec == "mini":
+                from canvaslab.models.mini import MINI_CANVAS
+
+                return CanvasLength(MINI_CANVAS, "the mini recipe's (canvaslab.models.mini; mini is not installed)")
+        if package is not None and package.kind == "diffusion":
+            tokens = _config_canvas(package.folder / "config.json")
+            if tokens is not None:
+                return CanvasLength(tokens, f"{tokenizer_spec}'s ({package.folder / 'config.json'})")
+    else:
+        tokens = _config_canvas(path / "config.json")
+        if tokens is not None:
+            return CanvasLength(tokens, f"canvas_length of {path / 'config.json'}")
+    return CanvasLength(DIFFUSION_GEMMA_CANVAS, "DiffusionGemma's, as the tokenizer names no model whose canvas "
+                        "is known; --canvas-length sets another")
+
+
+def _config_canvas(config: Path) -> int | None:
+    """``canvas_length`` of a checkpoint's ``config.json``, or None where it has none."""
+    import json
+
+    try:
+        tokens = json.loads(config.read_text(encoding="utf-8")).get("canvas_length")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else None
+
+
 def expected_unused_per_canvas(canvas_length: int, n_unused: int, vocab_size: int) -> float:
     """Mean number of unused tokens in one canvas of ``canvas_length`` ids drawn uniformly from the vocabulary."""
     if vocab_size <= 0:
@@ -160,8 +213,10 @@ def scan_report(
     tokenizer: PreTrainedTokenizerBase,
     canvas_length: int,
     corpus: CorpusScan | None = None,
+    canvas_source: str | None = None,
 ) -> dict:
-    """The JSON-ready summary ``canvaslab vocab-scan`` prints and writes."""
+    """The JSON-ready summary ``canvaslab vocab-scan`` prints and writes; ``canvas_source`` says where
+    ``canvas_length`` comes from (``CanvasLength.source``)."""
     unused = find_unused_tokens(tokenizer)
     vocab = vocabulary_size(tokenizer)
     report: dict = {
@@ -170,6 +225,7 @@ def scan_report(
         "unused_count": unused.count,
         "unused_id_blocks": [list(block) for block in unused.blocks],
         "canvas_length": canvas_length,
+        "canvas_length_source": canvas_source,
         "expected_unused_per_canvas": expected_unused_per_canvas(canvas_length, unused.count, vocab),
         "corpus": None,
     }
