@@ -231,3 +231,14 @@ def test_a_result_log_that_is_a_link_is_refused(tmp_path):
     with pytest.raises(NotRegularFile):
         append_line(tmp_path / "traces.jsonl", "{}\n")
     assert victim.read_text() == ""
+
+
+def test_every_json_reader_has_the_one_parse_limit_and_the_docs_give_it():
+    from pathlib import Path
+
+    from canvaslab.reports.readers import RESULT_LIMIT
+    from canvaslab.studies.engine import plan, store
+
+    assert RESULT_LIMIT == plan.PLAN_LIMIT == store.RECORD_LIMIT == io.JSON_LIMIT  # none larger, silently cut
+    errors = (Path(__file__).parents[1] / "docs" / "errors.md").read_text()
+    assert f"when it is over {io.JSON_LIMIT // MiB} MiB" in errors

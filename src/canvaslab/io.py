@@ -36,9 +36,13 @@ from canvaslab.errors import CanvaslabError
 NAME_MAX = 255  # bytes in one file or folder name (Linux, macOS)
 PATH_MAX = 4095  # bytes in a whole path
 MiB = 1 << 20
-READ_LIMIT = 1024 * MiB  # what read_json reads at most unless told otherwise
-JSON_LIMIT = 256 * MiB  # a JSON document parsed at most (up to about 6.5 GB of objects): room for a batch study
-# of some 6,000 runs (its canvas paths add about 40 kB a run); canvaslab's other files are under 1 MB
+READ_LIMIT = 1024 * MiB  # what read_bytes and read_text read at most unless told otherwise
+# The one limit on a JSON document parsed (results, plans, records; callers set none larger). Parsing one this big
+# takes up to about 13 GB of memory. A batch study's result grows by about 10.8 kB a run per pass (its canvas paths,
+# written indented; measured on tiny, canvas 256), about 530 kB a run at the default 48 passes, and by about 470 kB
+# a prompt for its B=1 reference: 700 (two batch sizes beside B=1) to 1,000 runs of 48 passes fit. canvaslab's
+# other files are under 1 MB.
+JSON_LIMIT = 512 * MiB
 DEPTH_LIMIT = 100  # nesting of arrays and objects; canvaslab's files nest about 10 deep
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -284,6 +288,16 @@ def _open_regular(path: Path, follow_links: bool) -> tuple[int, os.stat_result]:
     return descriptor, info
 
 
+def _read_at_most(handle: IO[bytes], limit: int, size: int) -> bytes:
+    """Up to ``limit + 1`` bytes of ``handle``: first the ``size`` its file had when opened, then whatever it grew
+    by. Reading ``limit + 1`` at once would take a buffer of that size up front, which a process under a memory
+    limit may not have for a file of a few bytes."""
+    data = handle.read(size + 1)
+    if len(data) > size:
+        data += handle.read(limit + 1 - len(data))
+    return data
+
+
 def read_bytes(path: str | Path, *, max_bytes: int = READ_LIMIT, follow_links: bool = False) -> bytes:
     """The bytes of the regular file ``path``, at most ``max_bytes`` (more is refused in one line).
 
@@ -293,10 +307,7 @@ def read_bytes(path: str | Path, *, max_bytes: int = READ_LIMIT, follow_links: b
     path = Path(path)
     descriptor, info = _open_regular(path, follow_links)
     with os.fdopen(descriptor, "rb") as handle:
-        if info.st_size > max_bytes:
-            data = b""
-        else:
-            data = handle.read(max_bytes + 1)
+        data = b"" if info.st_size > max_bytes else _read_at_most(handle, max_bytes, info.st_size)
     if info.st_size > max_bytes or len(data) > max_bytes:
         raise UnreadableFile(f"{path} is {_size(max(info.st_size, len(data)))}, more than the {_size(max_bytes)} "
                              "canvaslab reads in such a file: it was not written by canvaslab, or is damaged")
@@ -378,7 +389,7 @@ def parse_json(text: str | bytes, *, source: str | Path = "the JSON text", max_d
                              "or raise the process's memory limit") from None
 
 
-def read_json(path: str | Path, *, max_bytes: int = READ_LIMIT, max_depth: int = DEPTH_LIMIT,
+def read_json(path: str | Path, *, max_bytes: int = JSON_LIMIT, max_depth: int = DEPTH_LIMIT,
               follow_links: bool = False) -> Any:
     """The JSON file ``path``, read by ``read_bytes`` (a regular file of at most ``max_bytes`` and at most
     ``JSON_LIMIT``, refused by its size before it is read; no final link unless ``follow_links``) and parsed by

@@ -338,3 +338,19 @@ def test_registering_twice_is_a_no_op_and_another_plan_is_refused(tmp_path):
 def test_a_noise_study_needs_a_folder():
     with pytest.raises(CanvaslabError, match="out=DIR"):
         NoiseStudy(design="small").run()
+
+
+def test_fresh_on_a_link_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    from canvaslab.cli.main import main
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "kept.txt").write_text("a study's files\n")
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.setattr("canvaslab.models.load_model", lambda *args, **kwargs: pytest.fail("the model loaded"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["batch-study", "--prompts", "1", "--batch-sizes", "1,2", "--out", str(tmp_path / "link"), "--fresh"])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and "symbolic link" in error and len(error.strip().splitlines()) == 1, error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"] and (real / "kept.txt").is_file()

@@ -82,8 +82,8 @@ def test_a_result_file_too_big_to_parse_is_one_line_before_it_is_read(tmp_path, 
     folder = tmp_path / "received"
     folder.mkdir()
     with open(folder / "noise_study.json", "wb") as handle:
-        handle.truncate(300 << 20)  # sparse: 300 MiB on paper, none on disk
-    assert "noise_study.json is 300 MiB, more than the 256 MiB" in _refused(capsys, [folder])
+        handle.truncate(600 << 20)  # sparse: 600 MiB on paper, none on disk
+    assert "noise_study.json is 600 MiB, more than the 512 MiB" in _refused(capsys, [folder])
 
 
 def _batch_sizes(folder, count):

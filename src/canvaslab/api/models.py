@@ -130,5 +130,5 @@ def generate(prompts: Union[str, Sequence[str]], model: Any = "tiny", *, mode: s
 
 def _generated_row(prompt: str, row: Any) -> GeneratedRow:
     """The runner's row as the API gives it: the tokens cut at the end-of-sequence token (see ``GeneratedRow``)."""
-    tokens = row.tokens if row.eos_position is None else row.tokens[:row.eos_position]
-    return GeneratedRow(prompt, row.text, tuple(tokens), tuple(row.stop_passes), tuple(row.passes), row.eos_position)
+    return GeneratedRow(prompt, row.text, tuple(row.answer_tokens), tuple(row.stop_passes), tuple(row.passes),
+                        row.eos_position)

@@ -61,11 +61,14 @@ class _Plan:
 
 
 def _checked_engine_run(study, out: Optional[Path], engine: dict[str, Any], progress, loaded_for) -> Results:
-    """The study engine's run of ``study``: a folder holding another plan is refused before the model loads."""
+    """The study engine's run of ``study``: a folder holding another plan, or a link given with ``fresh``, is
+    refused before the model loads."""
     from canvaslab.studies.engine import run_study
-    from canvaslab.studies.engine.plan import check_registered
+    from canvaslab.studies.engine.plan import check_fresh, check_registered
 
-    if not engine["fresh"]:
+    if engine["fresh"]:
+        check_fresh(out)
+    else:
         check_registered(out, study.name, study.plan())
     if engine["executor"] == "local":
         study.loaded = loaded_for()

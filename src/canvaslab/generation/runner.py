@@ -64,6 +64,11 @@ class RowResult:
     def stop_point(self) -> dict[str, Any]:
         return {"stop_passes": self.stop_passes, "eos_position": self.eos_position}
 
+    @property
+    def answer_tokens(self) -> list[int]:
+        """The answer's tokens: ``tokens`` cut at the end-of-sequence token, without it or the padding after it."""
+        return self.tokens if self.eos_position is None else self.tokens[:self.eos_position]
+
 
 @dataclass
 class GenerationOutput:

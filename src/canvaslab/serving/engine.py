@@ -404,14 +404,13 @@ class Engine:
                 enumerate(zip(rows, output.rows))], passes
 
     def _outcome(self, row: Row, result, batch_rows: int, batch_row: int) -> RowOutcome:
-        tokens, eos = list(result.tokens), result.eos_position
-        cut = min(len(tokens) if eos is None else eos, row.max_tokens)
+        eos, tokens = result.eos_position, list(result.answer_tokens)[:row.max_tokens]
         # the canvases that made this row's tokens: a row that ended stops counting canvases its batch still ran
         used = len(result.stop_passes) if eos is None else min(len(result.stop_passes), eos // self.canvas_length + 1)
         stop_point = {"stop_passes": list(result.stop_passes[:used]), "passes": list(result.passes[:used]),
                       "eos_position": eos}
         finish = "stop" if eos is not None and eos < row.max_tokens else "length"
-        return RowOutcome(self.decode(tokens[:cut]), tokens[:cut], finish, stop_point, batch_rows, batch_row)
+        return RowOutcome(self.decode(tokens), tokens, finish, stop_point, batch_rows, batch_row)
 
     @contextlib.contextmanager
     def _streaming(self, streams: list[tuple[int, Row]], loop):

@@ -163,3 +163,105 @@ def test_run_study_fresh_through_a_link_moves_nothing(tmp_path):
     with pytest.raises(CanvaslabError, match="symbolic link"):
         run_study(Prompts(), link, fresh=True)
     assert sorted(os.listdir(tmp_path)) == before and (real / "store" / "plan.json").is_file()
+
+
+def _forge_plan(folder: Path, registered) -> None:
+    """Replace the registered plan with ``registered`` and its hash, as anyone can (a lone surrogate is hashed
+    as its escape's code point, the only way it can be)."""
+    text = json.dumps(registered, sort_keys=True, separators=(",", ":"))
+    (folder / "store" / "plan.json").write_text(text + "\n")
+    digest = hashlib.sha256(canonical_json(registered).encode("utf-8", "surrogatepass")).hexdigest()
+    (folder / "store" / "plan.sha256").write_text(f"{digest}  plan.json\n")
+
+
+FORGED_PLANS = {
+    "a list": lambda registered: [registered],
+    "a study that is a list": lambda registered: {**registered, "study": []},
+    "a study that is an object": lambda registered: {**registered, "study": {"a": 1}},
+    "a lone surrogate": lambda registered: {**registered, "plan": {"prompts": [{"prompt_id": "p0", "text": "\ud800"}]}},
+}
+
+
+@pytest.mark.parametrize("forged", FORGED_PLANS)
+def test_a_forged_plan_whose_hash_matches_is_refused_in_one_line(study, tmp_path, capsys, forged):
+    _forge_plan(study, FORGED_PLANS[forged](json.loads((study / "store" / "plan.json").read_text())))
+    with pytest.raises(CanvaslabError, match="not a registered plan|lone surrogate") as refused:
+        canvaslab.open_results(study).to_arrow()
+    assert "\n" not in str(refused.value)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["export", str(study), "--out", str(tmp_path / "records.parquet")])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and "Traceback" not in error and len(error.strip().splitlines()) == 1, error
+
+
+def _note(folder: Path, unit: str, error: str) -> None:
+    path = folder / "store" / "failed" / (hashlib.sha256(unit.encode()).hexdigest() + ".json")
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({"unit": unit, "error": error, "attempts": 3}) + "\n")
+
+
+def _unrecord(folder: Path, unit: str) -> None:
+    next(p for p in (folder / "store" / "records").glob("*.json") if json.loads(p.read_text())["unit"] == unit).unlink()
+
+
+def test_failure_notes_with_a_lone_surrogate_or_outside_the_plan_are_counted_and_left_out(study, tmp_path, capsys):
+    _unrecord(study, "p1")
+    _note(study, "intruder", "out of memory")
+    _note(study, "p1", "bad \ud800 text")
+    capsys.readouterr()
+    assert list(canvaslab.open_results(study).to_pandas()["unit"]) == ["p0", "p2"]
+    assert _passed_over(capsys) == 2
+    main(["export", str(study), "--out", str(tmp_path / "records.parquet")])
+    assert _passed_over(capsys) == 2
+
+
+def test_a_failure_note_of_a_planned_unit_without_a_record_is_a_row(study):
+    _unrecord(study, "p1")
+    _note(study, "p1", "out of memory")
+    rows = store_rows(study, BatchSizeStudy.units_of_plan)
+    assert [(row["unit"], row["failed"]) for row in rows] == [("p0", None), ("p2", None), ("p1", "out of memory")]
+
+
+class _Counted:
+    """A path that counts how often it is compared for equality (a list's membership test compares with every
+    entry; a set's or a dict's only with entries of the same hash)."""
+
+    comparisons = 0
+
+    def __init__(self, name):
+        self.name = name
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __eq__(self, other):
+        _Counted.comparisons += 1
+        return self.name == other.name
+
+
+def test_passing_over_many_files_counts_each_once_without_comparing_with_every_one(study, capsys):
+    from canvaslab.studies.engine.store import Store
+
+    store = Store(study, "", read_only=True)
+    paths = [_Counted(f"f{index}.json") for index in range(2000)]
+    for path in paths + paths[:10]:
+        store.pass_over(path)
+    store.say_passed_over()
+    assert _passed_over(capsys) == 2000
+    assert _Counted.comparisons <= 10  # the ten listed twice (a list would compare about 2 million times)
+
+
+def test_a_noise_study_whose_plan_was_replaced_after_it_ran_is_refused_in_one_line(tmp_path, capsys):
+    study, other = tmp_path / "study", tmp_path / "other"
+    for folder, seed in ((study, "0"), (other, "1")):
+        main(["noise-study", "plan", "--model", "tiny", "--out", str(folder), "--design", "small", "--margin", "0.1",
+              "--seed", seed])
+    main(["noise-study", "run", str(study), "--limit", "1"])
+    for name in ("plan.json", "plan.sha256"):  # the other plan, with its own matching hash
+        (study / name).write_bytes((other / name).read_bytes())
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["export", str(study), "--out", str(tmp_path / "records.parquet")])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and "plan was replaced" in error and len(error.strip().splitlines()) == 1, error

@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import MiB
+from canvaslab.io import JSON_LIMIT
 
-RESULT_LIMIT = 512 * MiB  # a study's result file; the largest real ones are tens of MB
+RESULT_LIMIT = JSON_LIMIT  # a study's result file: io's one limit on a JSON document
 
 
 def too_many(source: Path, what: str, count: int, limit: int) -> None:

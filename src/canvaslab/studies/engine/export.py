@@ -99,12 +99,15 @@ def store_rows(folder: Path, units_of: UnitsOfPlan | None = None) -> list[dict[s
     for index in sorted(odd):
         store.pass_over(store.path_of(rows[index]["unit"]))
     rows = [row for index, row in enumerate(rows) if index not in odd]
-    for unit, failure in store.failures().items():
-        if unit not in units and (planned is None or unit in planned):
-            rows.append({"study": registered["study"], "plan_sha256": digest, "unit": unit,
-                         "failed": failure["error"]})
+    rows += _failed_rows(store, registered["study"], digest, planned, set(units))
     store.say_passed_over()
     return rows
+
+
+def _failed_rows(store: Store, study: str, digest: str, planned: set[str] | None, stored: set[str]) -> list[dict]:
+    """One row per failure note of a unit of the plan that has no stored record (other notes are passed over)."""
+    return [{"study": study, "plan_sha256": digest, "unit": unit, "failed": failure["error"]}
+            for unit, failure in store.failures(planned).items() if unit not in stored]
 
 
 def _planned(store: Store, units: list[str], planned: set[str] | None) -> list[str]:

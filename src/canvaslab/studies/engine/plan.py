@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.io import MiB, NotRegularFile, check_real_folders, read_json, read_text, write_text_atomic
+from canvaslab.io import JSON_LIMIT, NotRegularFile, check_real_folders, read_json, read_text, write_text_atomic
 
 STORE_DIR = "store"
 PLAN_FILE = "plan.json"
 HASH_FILE = "plan.sha256"
 STORE_FOLDERS = ("records", "failed", "locks")
-PLAN_LIMIT = 256 * MiB  # a plan holds settings and prompts: kilobytes, a few MB with thousands of prompts
+PLAN_LIMIT = JSON_LIMIT  # io's one limit on a JSON document; a plan is kilobytes, a few MB with thousands of prompts
 HASH_LIMIT = 64 * 1024  # plan.sha256 is one line
 
 
@@ -95,12 +95,18 @@ def frozen(study: str, plan: dict[str, Any]) -> dict[str, Any]:
     return json.loads(canonical_json({"study": study, "plan": plan}))
 
 
-def start_fresh(folder: Path) -> Path | None:
-    """Move an existing study folder aside (``DIR.1``, ``DIR.2``, ...) so the study starts over; its new name.
-    A folder that is a symbolic link is refused in one line: moving it aside would move the folder it points to."""
-    if os.path.islink(folder):
+def check_fresh(folder: Path | None) -> None:
+    """Refuse (one line) ``--fresh`` on a folder that is a symbolic link: moving it aside would move the folder it
+    points to. Commands call this before loading a model."""
+    if folder is not None and os.path.islink(folder):
         raise CanvaslabError(f"{folder} is a symbolic link, not a study folder: --fresh moves only a real folder "
                              "aside, never one a link points to; give the folder itself")
+
+
+def start_fresh(folder: Path) -> Path | None:
+    """Move an existing study folder aside (``DIR.1``, ``DIR.2``, ...) so the study starts over; its new name.
+    A folder that is a symbolic link is refused in one line (``check_fresh``)."""
+    check_fresh(folder)
     # Absolute: renaming "." fails (EBUSY), and the new study must not follow a moved working directory
     folder = Path(folder).resolve()
     if not folder.exists() or not any(folder.iterdir()):
@@ -224,6 +230,22 @@ def registered_plan(folder: Path) -> dict[str, Any] | None:
         raise _not_a_file(error) from None
     except (OSError, ValueError, IndexError) as error:
         raise CanvaslabError(f"{store} is damaged: its {PLAN_FILE} or {HASH_FILE} cannot be read ({error})") from None
+    _check_shape(registered, store / PLAN_FILE)
     if sha256_of(registered) != digest:
         raise CanvaslabError(f"{store / PLAN_FILE} is not the plan its {HASH_FILE} names: the store was edited")
     return registered
+
+
+def _check_shape(registered: Any, path: Path) -> None:
+    """Refuse (one line) a registered plan that is not what ``register`` writes: an object whose ``study`` is a
+    text and whose ``plan`` is an object, every text UTF-8 (a lone surrogate escape such as ``\\ud800`` has no
+    UTF-8 form, so the plan could not be hashed)."""
+    if not (isinstance(registered, dict) and isinstance(registered.get("study"), str)
+            and isinstance(registered.get("plan"), dict)):
+        raise CanvaslabError(f"{path} is not a registered plan (an object naming its study and its plan): it was "
+                             "not written by canvaslab")
+    try:
+        canonical_json(registered).encode("utf-8")
+    except UnicodeEncodeError:
+        raise CanvaslabError(f"{path} holds a lone surrogate escape (a text with no UTF-8 form): it was not written "
+                             "by canvaslab") from None

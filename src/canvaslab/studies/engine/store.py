@@ -45,11 +45,11 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from canvaslab.errors import CanvaslabError, RunFailed
-from canvaslab.io import (MiB, NAME_MAX, NotRegularFile, UnreadableFile, _finite, _json_default, disk_full,
+from canvaslab.io import (JSON_LIMIT, MiB, NAME_MAX, NotRegularFile, UnreadableFile, _finite, _json_default, disk_full,
                           folder_handle, parse_json, read_bytes, write_text_atomic)
 from canvaslab.studies.engine.plan import STORE_DIR, canonical_json, check_store, sha256_of
 
-RECORD_LIMIT = 512 * MiB  # a record of the largest real study is a few MB
+RECORD_LIMIT = JSON_LIMIT  # io's one limit on a JSON document; a record of the largest real study is a few MB
 NOTE_LIMIT = 4 * MiB  # a failure note: a unit id and one error line
 _HASHED = re.compile(r"[0-9a-f]{64}\.json")
 
@@ -127,21 +127,21 @@ class Store:
         self.root = self.folder / STORE_DIR
         self.plan_sha256 = plan_sha256
         self.records_dir, self.failed_dir = self.root / "records", self.root / "failed"
-        # read_only: a damaged record is left where it is (and listed here) instead of being set aside
-        self.read_only, self.passed_over = read_only, []
+        # read_only: a damaged record is left where it is (and listed here) instead of being set aside; a dict
+        # used as an ordered set, so listing a path costs the same with 30,000 listed as with none
+        self.read_only, self.passed_over = read_only, {}
         check_store(self.folder)
 
     def say_passed_over(self) -> None:
         """One stderr line for the damaged records a read-only store left where they are, if any."""
         if self.passed_over:
             print(f"{len(self.passed_over)} stored records are damaged or of another plan, or name no unit of this "
-                  f"plan (e.g. {self.passed_over[0]}): left as they are and not counted; `run` sets damaged ones aside "
-                  "and redoes their units", file=sys.stderr)
+                  f"plan (failure notes included; e.g. {next(iter(self.passed_over))}): left as they are and not "
+                  "counted; `run` sets damaged ones aside and redoes their units", file=sys.stderr)
 
     def pass_over(self, path: Path) -> None:
         """List ``path`` among the files left where they are and not counted (once, however often it is read)."""
-        if path not in self.passed_over:
-            self.passed_over.append(path)
+        self.passed_over.setdefault(path)
 
     def path_of(self, unit: str) -> Path | None:
         """The file holding the unit's record, if any."""
@@ -277,17 +277,29 @@ class Store:
                 raise self._disk_full(f"the failure note of {unit}", problem) from None
             raise
 
-    def failures(self) -> dict[str, dict[str, Any]]:
+    def failures(self, planned: set[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The failure notes, by unit. A damaged note, or (given ``planned``) the note of a unit outside the plan,
+        is passed over: left there, not counted."""
         found = {}
         for path in self._files(self.failed_dir):
-            try:
-                entry = self._read(path, NOTE_LIMIT)
-                if not (isinstance(entry["unit"], str) and isinstance(entry["error"], str)):
-                    raise TypeError("a failure note names its unit and error as texts")
-                found[entry["unit"]] = entry
-            except (FileNotFoundError, UnreadableFile, KeyError, TypeError):  # damaged: left there, not counted
+            entry = self._note(path)
+            if entry is None or (planned is not None and entry["unit"] not in planned):
                 self.pass_over(path)
+            else:
+                found[entry["unit"]] = entry
         return found
+
+    def _note(self, path: Path) -> dict[str, Any] | None:
+        """A failure note whose unit and error are texts with a UTF-8 form (a lone surrogate has none, so no table
+        could hold it), or None."""
+        try:
+            entry = self._read(path, NOTE_LIMIT)
+            if not (isinstance(entry["unit"], str) and isinstance(entry["error"], str)):
+                return None
+            (entry["unit"] + entry["error"]).encode("utf-8")
+        except (FileNotFoundError, UnreadableFile, KeyError, TypeError, UnicodeEncodeError):
+            return None
+        return entry
 
     def _files(self, folder: Path) -> list[Path]:
         with folder_handle(folder, below=self.folder) as handle:

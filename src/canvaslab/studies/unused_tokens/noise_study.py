@@ -271,8 +271,15 @@ class NoiseStudy(Study):
 
     @staticmethod
     def units_of_plan(plan: dict[str, Any], folder: Path) -> list[str]:
-        """The condition ids of the plan registered in ``folder`` (``plan`` only names it by its hash)."""
-        return [condition.condition_id for condition in enumerate_conditions(load_plan(folder)[0])]
+        """The condition ids of the plan registered in ``folder`` (``plan`` only names it by its hash, which must be
+        the folder's plan's: else the store's records were made under another plan, refused in one line)."""
+        registered, digest = load_plan(folder)
+        cited = str(plan["registered_plan_sha256"])
+        if digest != cited:
+            raise CanvaslabError(f"{folder}: its store was made under plan {cited[:12]}..., but its plan.json is plan "
+                                 f"{digest[:12]}...: the plan was replaced after the study ran; restore it, or run "
+                                 "the study again in a new folder")
+        return [condition.condition_id for condition in enumerate_conditions(registered)]
 
     def groups(self) -> list[list[str]]:
         return [[c.condition_id for c in group]
