@@ -107,13 +107,20 @@ def main() -> None:
     if missing:
         parser.error(f"no such file: {missing[0]}")
     examples = Mixture(args.passages).heldout("prose", args.per_task, 0)
-    prompts = [e.prompt for e in examples]
+    prompts = {"references": [e.prompt for e in examples]}
     stored = {}
     for name, path in sets.items():
-        answers = [a for a in json.loads(Path(path).read_text())["answers"]["diffusion"] if a["task"] == "prose"]
-        if [a["prompt"] for a in answers] != prompts:
+        quality = json.loads(Path(path).read_text())
+        # Each data version has its own held-out prose prompts; a set is read beside its own version's references
+        heldout = Mixture(args.passages, data=quality.get("data") or "shipped").heldout("prose", args.per_task, 0)
+        answers = [a for a in quality["answers"]["diffusion"] if a["task"] == "prose" and a.get("split") in
+                   (None, "in_template")]
+        if [a["prompt"] for a in answers] != [e.prompt for e in heldout]:
             parser.error(f"{path}: its prose prompts are not the {args.per_task} held-out ones in order")
-        stored[name] = [a["text"] for a in answers]
+        stored[name], prompts[name] = [a["text"] for a in answers], [e.prompt for e in heldout]
+        if [e.answer for e in heldout] != [e.answer for e in examples]:  # another data version's passages
+            own = f"references ({quality['data']})"
+            stored[own], prompts[own] = [e.answer for e in heldout], prompts[name]
     try:
         judge = judge_folder(args.judge)
     except CanvaslabError as error:
@@ -129,7 +136,8 @@ def main() -> None:
     texts.update(stored)
     report = {"per_task": args.per_task, "frequent_words": sorted(frequent_words(str(args.passages))), "sets": {}}
     for name, answers in texts.items():
-        report["sets"][name] = judged(answers, prompts, model, tokenizer, args.passages)
+        report["sets"][name] = judged(answers, prompts.get(name, prompts["references"]), model, tokenizer,
+                                      args.passages)
         print(name, report["sets"][name]["summary"], flush=True)
     report["environment"] = environment_fingerprint(None, torch.device("cpu"), judge=args.judge)
     write_json_atomic(args.out, report)
