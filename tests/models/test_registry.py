@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -48,8 +49,9 @@ def _one_line_exit_2(capsys, argv: list[str]) -> str:
                           ("mini-ar", "canvaslab-mini-ar", "causal", None)])
 def test_the_repository_models_are_found_through_their_entry_points(name, distribution, kind, baseline):
     package = registry.model_package(name)
-    assert registry.installed_models()[name] == f"{distribution} 1.0.0"
-    assert (package.kind, package.baseline, package.distribution) == (kind, baseline, f"{distribution} 1.0.0")
+    version = tomllib.loads((ROOT / registry.KNOWN_MODELS[name] / "pyproject.toml").read_text())["project"]["version"]
+    assert registry.installed_models()[name] == f"{distribution} {version}"  # the repository's, installed
+    assert (package.kind, package.baseline, package.distribution) == (kind, baseline, f"{distribution} {version}")
     assert sorted(path.name for path in package.folder.iterdir() if path.is_file()) == sorted(CHECKPOINT_FILES)
     assert registry.model_folder(name) == package.folder and registry.baseline_of(name) == baseline
     source = ROOT / registry.KNOWN_MODELS[name] / "src" / distribution.replace("-", "_") / "checkpoint"

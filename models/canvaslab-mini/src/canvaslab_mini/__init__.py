@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
 NAME = "mini"
 
