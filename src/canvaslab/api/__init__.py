@@ -54,9 +54,31 @@ def export(folder: Union[str, Path], out: Optional[Union[str, Path]] = None, for
         what = "is a file, not a folder" if folder.exists() else "no such folder"
         raise CanvaslabError(f"{folder}: {what}; give a folder a study wrote (its --out)")
     if not (folder / "store" / "plan.json").is_file():
-        raise CanvaslabError(f"{folder} holds no study store (store/plan.json); give a folder a study wrote")
+        raise CanvaslabError(_no_store(folder))
     out = choices.writable_file("--out", folder / "records.parquet" if out is None else out, (".parquet",))
     return export_parquet(folder, out, units_of_plan_in(folder))
+
+
+def _no_store(folder: Path) -> str:
+    """Why ``folder`` has nothing to export; for a folder of ``canvaslab order-metrics`` (measures of a trace file,
+    no units), where its data are: the traces, one row per generation in ``traces.parquet``."""
+    from canvaslab.io import read_json
+    from canvaslab.reports.readers import order_metrics
+
+    if not (folder / order_metrics.FILE).is_file():
+        return f"{folder} holds no study store (store/plan.json); give a folder a study wrote"
+    parquet = folder / "traces.parquet"
+    if parquet.is_file():
+        where = f"read {parquet}, one row per generation"
+    else:
+        try:
+            source = read_json(folder / order_metrics.FILE).get("source", {}).get("path")
+        except (CanvaslabError, AttributeError):
+            source = None
+        traces = source if isinstance(source, str) and Path(source).is_file() else "TRACES"
+        where = f"`canvaslab order-metrics {traces} --out {folder} --parquet` writes them as {parquet}"
+    return (f"{folder} holds {order_metrics.FILE} and no study store (store/plan.json): a folder of `canvaslab "
+            f"order-metrics` holds measures of a trace file, no units to export; the traces are the data: {where}")
 
 
 def __getattr__(name: str):
