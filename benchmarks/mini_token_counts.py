@@ -3,8 +3,12 @@ examples (prompts and answers, as the models saw them) counted into token_counts
 `canvaslab noise-study plan --token-counts` takes for its rare-token control, with a summary (tokens, ids seen,
 occurrences of the tokenizer's unused ids) in counts.json. Counting the pool's own ids, not a re-tokenized text
 dump, gives the counts of exactly what the model was trained on (the recipe's pool takes ~90 s on 2 cores).
+A model trained on another data version or with distilled prose answers is counted with the same options its
+training took (`--data`, `--prose-answers`; `--mixture ''` for the data version's own shares).
 
     python benchmarks/mini_token_counts.py --passages prose.txt --out DIR     # DIR/token_counts.npy, counts.json
+    python benchmarks/mini_token_counts.py --passages prose.txt --data grammar --mixture '' \
+        --prose-answers prose_answers.json --out DIR                        # mini 1.1.0's pool
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from canvaslab.environment import environment_fingerprint, record_result
 from canvaslab.models.mini import load_mini_tokenizer
 from canvaslab.training.batches import Pool, generate_texts
 from canvaslab.training.recipe import SHIPPED
-from canvaslab.training.tasks import parse_shares
+from canvaslab.choices import DATA_VERSIONS
+from canvaslab.training.tasks import AnswerStyle, parse_shares
 from canvaslab.studies.unused_tokens.vocab_scan import find_unused_tokens
 
 
@@ -32,11 +37,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for token_counts.npy and counts.json")
     parser.add_argument("--examples", type=int, default=SHIPPED.examples, help="pool size (default: the recipe's)")
     parser.add_argument("--seed", type=int, default=0, help="the pool's seed (the recipe's: 0)")
+    parser.add_argument("--data", choices=DATA_VERSIONS, default="shipped", help="the training data version")
+    parser.add_argument("--mixture", default=SHIPPED.mixture,
+                        help="the tasks' share overrides as training took them ('': the data version's own)")
+    parser.add_argument("--prose-answers", type=Path, help="`canvaslab mini distill`'s answers, if trained on them")
     args = parser.parse_args()
     start = time.monotonic()
     tokenizer = load_mini_tokenizer()
-    rows = generate_texts(args.passages, args.examples, args.seed, workers=os.cpu_count() or 1,
-                          shares=parse_shares(SHIPPED.mixture))
+    style = AnswerStyle(prose_answers=str(args.prose_answers) if args.prose_answers else None)
+    rows = generate_texts(args.passages, args.examples, args.seed, workers=os.cpu_count() or 1, style=style,
+                          shares=parse_shares(args.mixture, args.data) if args.mixture else None, data=args.data)
     # the training run's cut: answers keep at most two canvases (run.py, max_answer_tokens)
     pool = Pool.build(tokenizer, rows, max_answer_tokens=2 * 128)
     counts = np.zeros(len(tokenizer), dtype=np.int64)
@@ -45,14 +55,16 @@ def main() -> None:
     unused = list(find_unused_tokens(tokenizer).ids)
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / "token_counts.npy", counts)
-    summary = {"examples": args.examples, "seed": args.seed, "mixture": SHIPPED.mixture,
+    summary = {"examples": args.examples, "seed": args.seed, "data": args.data, "mixture": args.mixture or None,
                "passages_sha256": hashlib.sha256(args.passages.read_bytes()).hexdigest(),
+               "prose_answers_sha256": (hashlib.sha256(args.prose_answers.read_bytes()).hexdigest()
+                                        if args.prose_answers else None),
                "tokens": int(counts.sum()), "ids_seen": int((counts > 0).sum()), "vocabulary": len(tokenizer),
                "unused_ids": len(unused), "unused_occurrences": int(counts[unused].sum()),
                "seconds": round(time.monotonic() - start, 1)}
     (args.out / "counts.json").write_text(json.dumps(summary, indent=1) + "\n")
-    record_result(args.out / "token_counts.npy", shows="how often each token id occurs in the shipped recipe's "
-                  "training pool (the noise study's --token-counts; counts.json: tokens, ids seen, unused ids' "
+    record_result(args.out / "token_counts.npy", shows="how often each token id occurs in a training pool"
+                  " (the noise study's --token-counts; counts.json: tokens, ids seen, unused ids' "
                   "occurrences)", environment=environment_fingerprint())
     print(json.dumps(summary))
 
