@@ -9,6 +9,7 @@ calls are reported to observers, and each row's stopping point is recorded.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
@@ -124,6 +125,25 @@ def resolve_generation(defaults: dict[str, Any], overrides: dict[str, Any] | Non
     return settings
 
 
+def max_prompt_tokens(config, max_new_tokens: int | None) -> int | None:
+    """The longest prompt ``config``'s model takes with a completion budget of ``max_new_tokens`` (None: one
+    canvas): its context (``max_position_embeddings``) less the canvases the budget needs; None if the config
+    states no context."""
+    context = getattr(config.text_config, "max_position_embeddings", None)
+    if context is None:
+        return None
+    canvas = int(config.canvas_length)
+    return int(context) - math.ceil((max_new_tokens or canvas) / canvas) * canvas
+
+
+def _check_context(config, prompts: Sequence[Sequence[int]], max_new_tokens: int | None) -> None:
+    # positions past the context have no trained rotary embedding: the text would be garbage, silently
+    longest, limit = max(map(len, prompts)), max_prompt_tokens(config, max_new_tokens)
+    if limit is not None and longest > limit:
+        raise CanvaslabError(f"a prompt has {longest} tokens; this model takes at most {limit} (its context of "
+                             f"{config.text_config.max_position_embeddings} less the completion budget)")
+
+
 def _generate_kwargs(settings: dict[str, Any]) -> dict[str, Any]:
     kwargs = {key: value for key, value in settings.items() if key != "entropy_bound"}
     if "entropy_bound" in settings:
@@ -230,6 +250,7 @@ def generate(
     mode = mode_named(mode)
     model, batch = loaded.model, len(prompts)
     settings = resolve_generation(loaded.generation_defaults, generation)
+    _check_context(model.config, prompts, settings.get("max_new_tokens"))
     requests = list(requests) if requests is not None else [request_key(prompt) for prompt in prompts]
     if len(requests) != batch:
         raise CanvaslabError(f"{len(requests)} request keys for {batch} prompts")

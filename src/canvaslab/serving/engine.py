@@ -153,6 +153,8 @@ class Engine:
 
     def __init__(self, loaded, settings: ServeSettings, *, generate: Optional[Callable] = None,
                  metrics: Optional[Metrics] = None):
+        from canvaslab.generation.runner import max_prompt_tokens
+
         if generate is None:
             from canvaslab.generation import generate
         self.loaded, self.settings, self._generate = loaded, settings, generate
@@ -160,8 +162,7 @@ class Engine:
         config = loaded.model.config
         self.canvas_length = int(config.canvas_length)
         self.budget = int(loaded.generation_defaults.get("max_new_tokens") or self.canvas_length)
-        self.max_prompt_tokens = int(config.text_config.max_position_embeddings) - \
-            self.canvases(self.budget) * self.canvas_length
+        self.max_prompt_tokens = max_prompt_tokens(config, self.budget)
         self.vocab_size = int(config.text_config.vocab_size)
         eos = loaded.generation_defaults.get("eos_token_id")
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
@@ -206,7 +207,7 @@ class Engine:
                               f"{self.vocab_size - 1})")
         if not ids:
             raise invalid(param, f"'{param}' encodes to no tokens")
-        if len(ids) > self.max_prompt_tokens:
+        if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
             raise invalid(param, f"the prompt has {len(ids)} tokens; this model takes at most "
                           f"{self.max_prompt_tokens} (its context less the completion budget)",
                           "context_length_exceeded")

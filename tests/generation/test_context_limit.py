@@ -1,0 +1,50 @@
+"""A prompt longer than the model's context less the completion budget is refused in one line before the
+model runs, wherever generation starts (the runner, ``canvaslab.generate``, the command line): positions past
+the context have no trained rotary embedding, so the text would be garbage without a word."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import canvaslab
+from canvaslab.cli.main import app
+from canvaslab.errors import CanvaslabError
+from canvaslab.generation import generate
+from canvaslab.generation.runner import max_prompt_tokens
+from canvaslab.models.presets import PRESETS
+
+
+@pytest.fixture(scope="module")
+def short_context(tmp_path_factory):
+    """tiny with a 32-token canvas and a 96-token context: 64 prompt tokens fit with one canvas's budget."""
+    config = PRESETS["tiny"].build_config()
+    config.canvas_length = 32
+    config.text_config.max_position_embeddings = 96
+    path = tmp_path_factory.mktemp("short_context") / "config.json"
+    path.write_text(config.to_json_string())
+    return path
+
+
+def test_the_limit_is_the_context_less_the_canvases_of_the_budget(short_context):
+    config = canvaslab.load_model(str(short_context)).model.config
+    assert max_prompt_tokens(config, 32) == 64
+    assert max_prompt_tokens(config, 33) == 32  # two canvases
+    assert max_prompt_tokens(config, None) == 64  # one canvas
+
+
+def test_the_runner_refuses_a_prompt_past_the_context_and_runs_one_within_it(short_context):
+    loaded = canvaslab.load_model(str(short_context))
+    with pytest.raises(CanvaslabError, match="65 tokens; this model takes at most 64"):
+        generate(loaded, [[5] * 10, [5] * 65], generation={"max_new_tokens": 32, "max_denoising_steps": 1})
+    out = generate(loaded, [[5] * 64], generation={"max_new_tokens": 32, "max_denoising_steps": 1})
+    assert len(out.rows) == 1
+
+
+def test_the_command_line_says_it_in_one_line(short_context):
+    long_prompt = " ".join(["river"] * 200)
+    result = CliRunner().invoke(app, ["generate", "--model", str(short_context), "--prompt", long_prompt,
+                                      "--steps", "1", "--max-new-tokens", "32"])
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "this model takes at most 64" in lines[0], result.stderr
