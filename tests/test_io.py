@@ -8,7 +8,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -163,11 +162,11 @@ def test_a_deeply_nested_file_is_one_line_not_a_recursion_error(tmp_path):
     assert json.dumps(read_json(write_text_atomic(tmp_path / "ok.json", fifty)), separators=(",", ":")) == fifty
 
 
-def test_nesting_is_measured_outside_strings_and_in_linear_time():
+def test_nesting_is_measured_outside_strings():
     assert nesting_depth('{"a": [[1, "[[[[\\\\"], {"b": "\\"{{"}]}') == 3
-    start = time.monotonic()
-    assert nesting_depth('"' + 'a\\"' * 3_000_000) == 0  # an unterminated string full of escaped quotes
-    assert time.monotonic() - start < 5
+    # an unterminated string full of escaped quotes: nothing in it counts (a scan that restarts at every quote
+    # would not finish on it)
+    assert nesting_depth('"' + 'a\\"[' * 3_000_000) == 0
 
 
 def test_invalid_json_is_one_line_naming_the_file(tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import time
 
 import pytest
 
@@ -112,9 +111,8 @@ def test_absurd_sizes_are_refused_in_one_line_before_any_work(tmp_path, capsys, 
     folder = tmp_path / "tampered"
     folder.mkdir()
     write(folder, count)
-    start = time.monotonic()
     error = _refused(capsys, [folder])
-    assert said in error and time.monotonic() - start < 60
+    assert said in error
     assert not (folder / "report-figures").exists() and not (folder / "report.html").exists()
 
 
