@@ -6,7 +6,7 @@ import asyncio
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import served
+from serving_helpers import served
 
 BODY = {"model": "tiny", "prompt": "the man said", "max_tokens": 12}
 

@@ -12,7 +12,7 @@ import pytest
 
 from canvaslab.models import load_model
 from canvaslab.serving.loadtest import default_probes, probe_under_load
-from conftest import served
+from serving_helpers import served
 
 LEVELS = (1, 4, 16)
 MINI_LEVELS = (1, 4)

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from canvaslab.serving import Engine, ServeSettings, create_app, running_server
-from conftest import STEPS, Gate
+from serving_helpers import STEPS, Gate
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from canvaslab.serving.loadtest import canonical
-from conftest import Gate, error_of, served
+from serving_helpers import Gate, error_of, served
 
 OK = {"model": "tiny", "prompt": "the man said"}
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}]}

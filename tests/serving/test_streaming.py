@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from conftest import served
+from serving_helpers import served
 
 
 async def _events(client, body) -> list:
