@@ -198,6 +198,8 @@ class CommitOrderStudy(_Plan):
     the commit tracer on, then measured. ``regimes``: None is the suite's own; ``baseline``: a local
     autoregressive checkpoint (or ``mini``) whose accuracy on the same probes is added."""
 
+    BASELINE_PHASE = "baseline"  # what ``progress`` is told while the baseline scores the probes (not a field)
+
     model: str = "tiny"
     regimes: Union[None, str, Sequence[str]] = None
     seeds: int = 5
@@ -275,7 +277,7 @@ class CommitOrderStudy(_Plan):
         return add_baseline(metrics, check_baseline_path(Path(self.baseline)), probes, out,
                             metrics["study"]["generation"]["max_new_tokens"], self.device, self.dtype,
                             self.batch_size, progress=None if progress is None else
-                            lambda done, total: progress(done, total, "baseline"))
+                            lambda done, total: progress(done, total, self.BASELINE_PHASE))
 
 
 @dataclass(frozen=True)

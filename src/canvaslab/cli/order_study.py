@@ -74,9 +74,8 @@ def order_study(
         layers=layers, model_seed=model_seed, bootstrap=bootstrap)
     files = ["traces.jsonl", "order_metrics.json", *(["traces.parquet"] if parquet else []),
              *(["baseline.json"] if baseline is not None else [])]
-    # The API reports the baseline's probes as the phase "baseline" (api.plans.CommitOrderStudy._add_baseline).
     options.run_and_print("commit_order", lambda progress: plan.run(out, progress=progress, **engine), out, wide,
-                          files, phases={"baseline": "probes"})
+                          files, phases={CommitOrderStudy.BASELINE_PHASE: "probes"})
 
 
 def checked_baseline(baseline: Optional[Path]) -> Optional[Path]:
