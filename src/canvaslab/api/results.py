@@ -16,11 +16,13 @@ from canvaslab.errors import CanvaslabError
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a run did: units run now, units found already done, units that failed (unit -> error)."""
+    """What a run did: units run now, units found already done, units that failed (unit -> error), units
+    another process on the same folder finished meanwhile."""
 
     ran: int
     skipped: int
     failed: dict[str, str] = field(default_factory=dict)
+    by_others: int = 0
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,9 @@ class Results:
     @classmethod
     def of_run(cls, study: str, folder: Optional[Path], summary: dict[str, Any], outcome: Any) -> "Results":
         if isinstance(outcome, dict):
-            outcome = Outcome(outcome["ran"], outcome["skipped"], dict(outcome["failed"]))
+            outcome = Outcome(outcome["ran"], outcome["skipped"], dict(outcome["failed"]), outcome.get("by_others", 0))
         else:
-            outcome = Outcome(outcome.ran, outcome.skipped, dict(outcome.failed))
+            outcome = Outcome(outcome.ran, outcome.skipped, dict(outcome.failed), outcome.by_others)
         return cls(study, None if folder is None else Path(folder).resolve(), summary, outcome)
 
     @property

@@ -195,7 +195,8 @@ def finish(console, outcome, unit: str) -> None:
     """The study's final line; failed units (after their retries) end the command with exit code 1."""
     failed = outcome.failed
     first = f" (first: {printable(next(iter(failed)))}: {printable(next(iter(failed.values())))})" if failed else ""
-    console.print(f"{unit}: {outcome.ran} ran, {outcome.skipped} skipped as already done, {len(failed)} failed{first}",
-                  highlight=False)
+    others = f", {outcome.by_others} finished by another process" if outcome.by_others else ""
+    console.print(f"{unit}: {outcome.ran} ran, {outcome.skipped} skipped as already done{others}, {len(failed)} failed"
+                  f"{first}", highlight=False)
     if failed:
         raise typer.Exit(1)

@@ -172,7 +172,8 @@ with open(ready, "a") as handle:  # start together: both must be running before 
 while len(ready.read_text()) < 2:
     time.sleep(0.01)
 _, outcome = run_study(Squares(n=int(sys.argv[2]), log=sys.argv[3], delay=0.15), sys.argv[1])
-print(json.dumps({"ran": outcome.ran, "skipped": outcome.skipped}))
+print(json.dumps({"ran": outcome.ran, "skipped": outcome.skipped, "by_others": outcome.by_others,
+                  "line": outcome.line()}))
 """
 
 
@@ -189,6 +190,11 @@ def test_two_processes_on_one_folder_run_every_unit_exactly_once(tmp_path):
     runs = _runs(log)
     assert sorted(runs) == sorted(f"u/{i}" for i in range(12))  # each unit ran once, in one of the two
     assert sum(o["ran"] for o in outcomes) == 12
+    for outcome in outcomes:  # each process's final line accounts for every unit, the other's included
+        assert outcome["ran"] + outcome["skipped"] + outcome["by_others"] == 12, outcome
+        said = f"{outcome['by_others']} finished by another process"
+        assert (said in outcome["line"]) == (outcome["by_others"] > 0), outcome
+    assert any(outcome["by_others"] for outcome in outcomes)  # both did work: the first to end saw the other's
     assert len({json.loads(line)["pid"] for line in log.read_text().splitlines()}) == 2  # both did work
     assert len(_record_files(folder)) == 12
     assert json.loads((folder / "squares.json").read_text())["sum"] == sum(i * i for i in range(12))

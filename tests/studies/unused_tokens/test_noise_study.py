@@ -314,7 +314,7 @@ def test_resume_refuses_another_batch_size(resumed):
 def test_resume_after_a_kill_redoes_and_loses_nothing(resumed):
     records = _records(resumed["dir"])
     assert len(resumed["first"]) == 3 and len(records) == 12
-    assert resumed["report"]["outcome"] == {"ran": 9, "skipped": 3, "failed": {}}
+    assert resumed["report"]["outcome"] == {"ran": 9, "skipped": 3, "failed": {}, "by_others": 0}
     # one baseline, 9 single runs + the 3 planned safeguard batches [1..4], [5..8], [9..12]: the first is
     # rerun whole although 3 of its conditions were done, so the 4th is compared in the batch it always belonged to
     assert sorted(resumed["calls"]) == [1] * 10 + [4] * 3

@@ -192,7 +192,8 @@ def run_order_study(
     study.config, study.parquet = dict(config or {}), parquet
     study.n_bootstrap, study.bootstrap_seed = n_bootstrap, bootstrap_seed
     metrics, outcome = run_study(study, out_dir, progress=progress, **engine)
-    metrics["outcome"] = {"ran": outcome.ran, "skipped": outcome.skipped, "failed": outcome.failed}
+    metrics["outcome"] = {"ran": outcome.ran, "skipped": outcome.skipped, "failed": outcome.failed,
+                         "by_others": outcome.by_others}
     return metrics
 
 

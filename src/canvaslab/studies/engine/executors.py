@@ -8,7 +8,8 @@ Both follow the same rules, so a study's result never depends on the executor:
 - a group that raises is retried ``retries`` times, then its unfinished units are recorded as failed
   with the error, and the other groups go on; a rerun tries failed units again;
 - ``progress(done, total, doing)`` counts finished units (those found done included), and
-  ``Outcome.line()`` is the final line: how many ran, were skipped as already done, and failed.
+  ``Outcome.line()`` is the final line: how many ran, were skipped as already done, were finished meanwhile by
+  another process on the same folder, and failed.
 """
 
 from __future__ import annotations
@@ -35,13 +36,15 @@ class Outcome:
     skipped: int = 0
     ran: int = 0
     failed: dict[str, str] = field(default_factory=dict)
+    by_others: int = 0  # finished during this run by another process on the same folder
 
     @property
     def done(self) -> int:
         return self.skipped + self.ran
 
     def line(self, label: str = "units") -> str:
-        return (f"{label}: {self.ran} ran, {self.skipped} skipped as already done, {len(self.failed)} failed"
+        others = f", {self.by_others} finished by another process" if self.by_others else ""
+        return (f"{label}: {self.ran} ran, {self.skipped} skipped as already done{others}, {len(self.failed)} failed"
                 + (f" (first: {next(iter(self.failed))}: {next(iter(self.failed.values()))})" if self.failed else ""))
 
 
@@ -131,6 +134,12 @@ class _Driver:
                 f"worker has {numerics[where]!r}; resume it the way it was started (same executor, device and "
                 "threads), or --fresh to start over")
 
+    def finished(self) -> Outcome:
+        """The outcome, with the units another process on the same folder finished while this one ran."""
+        stored = sum(1 for unit in self.units if unit not in self.outcome.failed and self.store.has(unit))
+        self.outcome.by_others = max(0, stored - self.outcome.done)
+        return self.outcome
+
     def failed(self, units: list[str], error: str, attempts: int) -> None:
         for unit in units:
             self.store.fail(unit, error, attempts)
@@ -171,7 +180,7 @@ def run_local(study: Study, store: Store, *, retries: int = 0, progress: Progres
             _run_group_locally(driver, prepared, group, todo)
     finally:
         driver.claims.release_all()
-    return driver.outcome
+    return driver.finished()
 
 
 def _run_group_locally(driver: _Driver, prepared: list, group: list[str], todo: list[str]) -> None:
@@ -299,4 +308,4 @@ def run_ray(study: Study, store: Store, *, retries: int = 0, progress: Progress 
         driver.claims.release_all()
         for ref, (actor, *_rest) in running.items():
             ray.kill(actor)
-    return driver.outcome
+    return driver.finished()

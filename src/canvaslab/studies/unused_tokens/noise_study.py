@@ -351,7 +351,8 @@ def run_noise_study(plan_dir: str | Path, loaded: LoadedModel | None = None, *, 
     study = NoiseStudy(plan_dir, plan, plan_hash, execution, device, loaded=loaded)
     report, outcome = run_study(study, plan_dir, progress=progress, limit=limit, **engine)
     report = dict(report)
-    report["outcome"] = {"ran": outcome.ran, "skipped": outcome.skipped, "failed": outcome.failed}
+    report["outcome"] = {"ran": outcome.ran, "skipped": outcome.skipped, "failed": outcome.failed,
+                         "by_others": outcome.by_others}
     return report
 
 
