@@ -3,8 +3,9 @@ examples (prompts and answers, as the models saw them) counted into token_counts
 `canvaslab noise-study plan --token-counts` takes for its rare-token control, with a summary (tokens, ids seen,
 occurrences of the tokenizer's unused ids) in counts.json. Counting the pool's own ids, not a re-tokenized text
 dump, gives the counts of exactly what the model was trained on (the recipe's pool takes ~90 s on 2 cores).
-A model trained on another data version or with distilled prose answers is counted with the same options its
-training took (`--data`, `--prose-answers`; `--mixture ''` for the data version's own shares).
+A model trained on another data version, mixture or with distilled prose answers is counted with the options its
+training took (`--data`, `--mixture`, `--prose-answers`; `--mixture ''` for the data version's own shares; the
+sums' `--sum-format` of `mini train` is not an option here: the shipped recipe's and the grammar data's are used).
 
     python benchmarks/mini_token_counts.py --passages prose.txt --out DIR     # DIR/token_counts.npy, counts.json
     python benchmarks/mini_token_counts.py --passages prose.txt --data grammar --mixture '' \
@@ -22,12 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from canvaslab.choices import DATA_VERSIONS
 from canvaslab.environment import environment_fingerprint, record_result
 from canvaslab.models.mini import load_mini_tokenizer
 from canvaslab.training.batches import Pool, generate_texts
 from canvaslab.training.recipe import SHIPPED
-from canvaslab.choices import DATA_VERSIONS
 from canvaslab.training.tasks import AnswerStyle, parse_shares
+from canvaslab.training.tasks.prose import checked_answers_file
 from canvaslab.studies.unused_tokens.vocab_scan import find_unused_tokens
 
 
@@ -44,7 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     start = time.monotonic()
     tokenizer = load_mini_tokenizer()
-    style = AnswerStyle(prose_answers=str(args.prose_answers) if args.prose_answers else None)
+    style = AnswerStyle(prose_answers=checked_answers_file(args.prose_answers, args.passages))
     rows = generate_texts(args.passages, args.examples, args.seed, workers=os.cpu_count() or 1, style=style,
                           shares=parse_shares(args.mixture, args.data) if args.mixture else None, data=args.data)
     # the training run's cut: answers keep at most two canvases (run.py, max_answer_tokens)

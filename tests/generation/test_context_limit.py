@@ -4,6 +4,8 @@ the context have no trained rotary embedding, so the text would be garbage witho
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from typer.testing import CliRunner
 
@@ -30,7 +32,6 @@ def test_the_limit_is_the_context_less_the_canvases_of_the_budget(short_context)
     config = canvaslab.load_model(str(short_context)).model.config
     assert max_prompt_tokens(config, 32) == 64
     assert max_prompt_tokens(config, 33) == 32  # two canvases
-    assert max_prompt_tokens(config, None) == 64  # one canvas
 
 
 def test_the_runner_refuses_a_prompt_past_the_context_and_runs_one_within_it(short_context):
@@ -39,6 +40,17 @@ def test_the_runner_refuses_a_prompt_past_the_context_and_runs_one_within_it(sho
         generate(loaded, [[5] * 10, [5] * 65], generation={"max_new_tokens": 32, "max_denoising_steps": 1})
     out = generate(loaded, [[5] * 64], generation={"max_new_tokens": 32, "max_denoising_steps": 1})
     assert len(out.rows) == 1
+
+
+def test_an_unset_budget_is_the_one_transformers_uses(short_context):
+    loaded = canvaslab.load_model(str(short_context))
+    loaded.model.generation_config.max_new_tokens = None
+    settings = dict(loaded.generation_defaults)
+    settings.pop("max_new_tokens", None)
+    # transformers' default budget, 256 tokens, is 8 canvases of 32: more than the 96-token context holds
+    with pytest.raises(CanvaslabError, match="budget of 256 tokens leaves no room"):
+        generate(dataclasses.replace(loaded, generation_defaults=settings), [[5] * 10],
+                 generation={"max_denoising_steps": 1})
 
 
 def test_the_command_line_says_it_in_one_line(short_context):

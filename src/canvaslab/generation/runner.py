@@ -16,6 +16,7 @@ from typing import Any, Protocol, Sequence
 import torch
 from torch.overrides import TorchFunctionMode
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
+    DiffusionGemmaGenerationConfig,
     EntropyBoundSamplerConfig,
     StableAndConfidentStoppingCriteria,
 )
@@ -125,23 +126,37 @@ def resolve_generation(defaults: dict[str, Any], overrides: dict[str, Any] | Non
     return settings
 
 
-def max_prompt_tokens(config, max_new_tokens: int | None) -> int | None:
-    """The longest prompt ``config``'s model takes with a completion budget of ``max_new_tokens`` (None: one
-    canvas): its context (``max_position_embeddings``) less the canvases the budget needs; None if the config
-    states no context."""
+def max_prompt_tokens(config, max_new_tokens: int) -> int | None:
+    """The longest prompt a DiffusionGemma ``config``'s model takes with a completion budget of ``max_new_tokens``:
+    its context (``text_config.max_position_embeddings``) less the canvases the budget needs (``canvas_length``
+    each); None if the config states no context. Below 1 when the budget alone fills the context."""
     context = getattr(config.text_config, "max_position_embeddings", None)
     if context is None:
         return None
     canvas = int(config.canvas_length)
-    return int(context) - math.ceil((max_new_tokens or canvas) / canvas) * canvas
+    return int(context) - math.ceil(max_new_tokens / canvas) * canvas
 
 
-def _check_context(config, prompts: Sequence[Sequence[int]], max_new_tokens: int | None) -> None:
+def _budget(model, settings: dict[str, Any]) -> int:
+    """The completion budget generate will use: the call's, else the model's generation config's, else
+    transformers' own default."""
+    budget = settings.get("max_new_tokens") or getattr(model.generation_config, "max_new_tokens", None)
+    return int(budget or DiffusionGemmaGenerationConfig._get_default_generation_params()["max_new_tokens"])
+
+
+def _check_context(model, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> None:
     # positions past the context have no trained rotary embedding: the text would be garbage, silently
-    longest, limit = max(map(len, prompts)), max_prompt_tokens(config, max_new_tokens)
-    if limit is not None and longest > limit:
+    limit = max_prompt_tokens(model.config, max_new_tokens)
+    if limit is None:
+        return
+    context = model.config.text_config.max_position_embeddings
+    if limit < 1:
+        raise CanvaslabError(f"a completion budget of {max_new_tokens} tokens leaves no room for a prompt in this "
+                             f"model's context of {context} tokens")
+    longest = max(map(len, prompts))
+    if longest > limit:
         raise CanvaslabError(f"a prompt has {longest} tokens; this model takes at most {limit} (its context of "
-                             f"{config.text_config.max_position_embeddings} less the completion budget)")
+                             f"{context} less the completion budget of {max_new_tokens})")
 
 
 def _generate_kwargs(settings: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +265,7 @@ def generate(
     mode = mode_named(mode)
     model, batch = loaded.model, len(prompts)
     settings = resolve_generation(loaded.generation_defaults, generation)
-    _check_context(model.config, prompts, settings.get("max_new_tokens"))
+    _check_context(model, prompts, _budget(model, settings))
     requests = list(requests) if requests is not None else [request_key(prompt) for prompt in prompts]
     if len(requests) != batch:
         raise CanvaslabError(f"{len(requests)} request keys for {batch} prompts")
