@@ -18,19 +18,34 @@ import argparse
 import hashlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from canvaslab import choices
 from canvaslab.choices import DATA_VERSIONS
 from canvaslab.environment import environment_fingerprint, record_result
+from canvaslab.errors import CanvaslabError
 from canvaslab.models.mini import load_mini_tokenizer
 from canvaslab.training.batches import Pool, generate_texts
 from canvaslab.training.recipe import SHIPPED
 from canvaslab.training.tasks import AnswerStyle, parse_shares
 from canvaslab.training.tasks.prose import checked_answers_file
 from canvaslab.studies.unused_tokens.vocab_scan import find_unused_tokens
+
+
+def checked(args) -> tuple[AnswerStyle, dict | None]:
+    """The options checked as the commands check theirs: the answer style and the share overrides."""
+    choices.readable_file("--passages", args.passages)
+    if args.passages.stat().st_size == 0:
+        raise CanvaslabError(f"--passages {args.passages}: the file is empty (`canvaslab mini passages` writes one)")
+    choices.whole_number("--examples", args.examples, 1)
+    choices.whole_number("--seed", args.seed, 0, choices.MAX_SEED)
+    choices.writable_folder("--out", args.out)
+    style = AnswerStyle(prose_answers=checked_answers_file(args.prose_answers, args.passages))
+    return style, parse_shares(args.mixture, args.data) if args.mixture else None
 
 
 def main() -> None:
@@ -44,11 +59,15 @@ def main() -> None:
                         help="the tasks' share overrides as training took them ('': the data version's own)")
     parser.add_argument("--prose-answers", type=Path, help="`canvaslab mini distill`'s answers, if trained on them")
     args = parser.parse_args()
+    try:  # bad input: one line and exit 2, before the pool is generated
+        style, shares = checked(args)
+    except CanvaslabError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2)
     start = time.monotonic()
     tokenizer = load_mini_tokenizer()
-    style = AnswerStyle(prose_answers=checked_answers_file(args.prose_answers, args.passages))
     rows = generate_texts(args.passages, args.examples, args.seed, workers=os.cpu_count() or 1, style=style,
-                          shares=parse_shares(args.mixture, args.data) if args.mixture else None, data=args.data)
+                          shares=shares, data=args.data)
     # the training run's cut: answers keep at most two canvases (run.py, max_answer_tokens)
     pool = Pool.build(tokenizer, rows, max_answer_tokens=2 * 128)
     counts = np.zeros(len(tokenizer), dtype=np.int64)

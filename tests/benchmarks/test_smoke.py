@@ -444,3 +444,19 @@ def test_the_script_uses_only_public_canvaslab_names(script):
         assert private_canvaslab_names(source) == []
     else:  # the shell scripts' python -c snippets
         assert re.findall(r"from canvaslab[\w.]* import [^\n']*\b_[a-z]\w*|canvaslab[\w.]*\._[a-z]\w*", source) == []
+
+
+@pytest.mark.parametrize("bad, said", [
+    (["--examples", "0"], "--examples 0"),
+    (["--passages", "missing.txt"], "no such file"),
+    (["--mixture", "nosuchtask=1"], "no task 'nosuchtask'"),
+])
+def test_the_token_counts_refuse_bad_input_in_one_line(tmp_path, bad, said):
+    passages = tmp_path / "prose.txt"
+    passages.write_text("A river runs to the sea.\n")
+    args = [sys.executable, str(BENCHMARKS / "mini_token_counts.py"), "--passages", str(passages),
+            "--out", str(tmp_path / "out"), *bad]
+    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and said in lines[0], done.stderr[-2000:]
+    assert not (tmp_path / "out").exists()

@@ -40,6 +40,25 @@ def test_the_runner_refuses_a_prompt_past_the_context_and_runs_one_within_it(sho
         generate(loaded, [[5] * 10, [5] * 65], generation={"max_new_tokens": 32, "max_denoising_steps": 1})
     out = generate(loaded, [[5] * 64], generation={"max_new_tokens": 32, "max_denoising_steps": 1})
     assert len(out.rows) == 1
+    # the budget counts in whole canvases, and the line says so
+    with pytest.raises(CanvaslabError, match=r"at most 32: its context of 96 less the completion budget of 33 "
+                                             r"tokens, 2 canvases of 32 \(64 positions\)"):
+        generate(loaded, [[5] * 33], generation={"max_new_tokens": 33, "max_denoising_steps": 1})
+
+
+def test_a_server_whose_budget_fills_the_context_is_refused_before_it_starts(short_context):
+    from canvaslab.serving import Engine, ServeSettings
+
+    loaded = canvaslab.load_model(str(short_context))  # its budget: 256 tokens, 8 canvases, past the context
+    with pytest.raises(CanvaslabError, match="leaves no room for a prompt"):
+        Engine(loaded, ServeSettings("short", steps=1))
+
+
+def test_a_canvas_of_no_tokens_is_one_line(short_context):
+    config = canvaslab.load_model(str(short_context)).model.config
+    config.canvas_length = 0
+    with pytest.raises(CanvaslabError, match="canvas_length 0"):
+        max_prompt_tokens(config, 32)
 
 
 def test_an_unset_budget_is_the_one_transformers_uses(short_context):
@@ -48,7 +67,7 @@ def test_an_unset_budget_is_the_one_transformers_uses(short_context):
     settings = dict(loaded.generation_defaults)
     settings.pop("max_new_tokens", None)
     # transformers' default budget, 256 tokens, is 8 canvases of 32: more than the 96-token context holds
-    with pytest.raises(CanvaslabError, match="budget of 256 tokens leaves no room"):
+    with pytest.raises(CanvaslabError, match=r"budget of 256 tokens, 8 canvases of 32 \(256 positions\) leaves no room"):
         generate(dataclasses.replace(loaded, generation_defaults=settings), [[5] * 10],
                  generation={"max_denoising_steps": 1})
 

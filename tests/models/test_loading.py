@@ -1,5 +1,6 @@
 """The three kinds of --model: preset, local checkpoint directory, config.json (random weights)."""
 
+import pytest
 import torch
 
 from canvaslab.generation import generate
@@ -40,3 +41,17 @@ def test_config_file_builds_seeded_random_weights(tmp_path, tiny):
     assert torch.equal(a.model.state_dict()[weight], b.model.state_dict()[weight])
     assert not torch.equal(a.model.state_dict()[weight], c.model.state_dict()[weight])
     assert a.source["kind"] == "config" and len(a.tokenizer) == 512
+
+
+def test_a_config_whose_fields_transformers_refuses_is_one_line(tmp_path):
+    import json
+
+    from canvaslab.errors import CanvaslabError
+    from canvaslab.models.presets import PRESETS
+
+    raw = json.loads(PRESETS["tiny"].build_config().to_json_string())
+    raw["text_config"]["max_position_embeddings"] = None
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(CanvaslabError, match="not a valid DiffusionGemma config: .*max_position_embeddings"):
+        load_model(str(path))

@@ -133,30 +133,43 @@ def max_prompt_tokens(config, max_new_tokens: int) -> int | None:
     context = getattr(config.text_config, "max_position_embeddings", None)
     if context is None:
         return None
+    return int(context) - _budget_canvases(config, max_new_tokens) * int(config.canvas_length)
+
+
+def _budget_canvases(config, max_new_tokens: int) -> int:
     canvas = int(config.canvas_length)
-    return int(context) - math.ceil(max_new_tokens / canvas) * canvas
+    if canvas < 1:
+        raise CanvaslabError(f"this model's config has canvas_length {canvas}; a canvas needs 1 token or more")
+    return math.ceil(max_new_tokens / canvas)
+
+
+def context_refusal(config, prompt_tokens: int, max_new_tokens: int) -> str | None:
+    """Why a prompt of ``prompt_tokens`` does not fit ``config``'s context with that budget (None: it fits)."""
+    limit = max_prompt_tokens(config, max_new_tokens)
+    if limit is None or prompt_tokens <= limit:
+        return None
+    context, canvases = config.text_config.max_position_embeddings, _budget_canvases(config, max_new_tokens)
+    budget = (f"the completion budget of {max_new_tokens} tokens, {canvases} canvas{'es' if canvases > 1 else ''} "
+              f"of {config.canvas_length} ({canvases * config.canvas_length} positions)")
+    if limit < 1:
+        return f"{budget} leaves no room for a prompt in this model's context of {context} tokens"
+    return f"a prompt has {prompt_tokens} tokens; this model takes at most {limit}: its context of {context} less {budget}"
 
 
 def _budget(model, settings: dict[str, Any]) -> int:
     """The completion budget generate will use: the call's, else the model's generation config's, else
     transformers' own default."""
-    budget = settings.get("max_new_tokens") or getattr(model.generation_config, "max_new_tokens", None)
-    return int(budget or DiffusionGemmaGenerationConfig._get_default_generation_params()["max_new_tokens"])
+    for budget in (settings.get("max_new_tokens"), getattr(model.generation_config, "max_new_tokens", None)):
+        if budget is not None:
+            return int(budget)
+    return int(DiffusionGemmaGenerationConfig._get_default_generation_params()["max_new_tokens"])
 
 
 def _check_context(model, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> None:
     # positions past the context have no trained rotary embedding: the text would be garbage, silently
-    limit = max_prompt_tokens(model.config, max_new_tokens)
-    if limit is None:
-        return
-    context = model.config.text_config.max_position_embeddings
-    if limit < 1:
-        raise CanvaslabError(f"a completion budget of {max_new_tokens} tokens leaves no room for a prompt in this "
-                             f"model's context of {context} tokens")
-    longest = max(map(len, prompts))
-    if longest > limit:
-        raise CanvaslabError(f"a prompt has {longest} tokens; this model takes at most {limit} (its context of "
-                             f"{context} less the completion budget of {max_new_tokens})")
+    refusal = context_refusal(model.config, max(map(len, prompts)), max_new_tokens)
+    if refusal is not None:
+        raise CanvaslabError(refusal)
 
 
 def _generate_kwargs(settings: dict[str, Any]) -> dict[str, Any]:

@@ -88,7 +88,13 @@ def _read_config(path: Path) -> DiffusionGemmaConfig:
             f"{path} has model_type {model_type!r}, not {DiffusionGemmaConfig.model_type!r}: "
             "canvaslab studies DiffusionGemma models only"
         )
-    return DiffusionGemmaConfig.from_dict(raw)
+    try:
+        return DiffusionGemmaConfig.from_dict(raw)
+    # transformers checks every field's type and range (huggingface_hub's strict dataclasses: their own error
+    # class, TypeError or ValueError); any of them means the file is not a usable config
+    except Exception as error:
+        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+        raise CanvaslabError(f"{path}: not a valid DiffusionGemma config: {' '.join(lines)[:300]}") from None
 
 
 def _random_model(config: DiffusionGemmaConfig, dtype: torch.dtype, device: torch.device, seed: int):

@@ -21,6 +21,7 @@ import collections
 import concurrent.futures
 import contextlib
 import copy
+import functools
 import hashlib
 import logging
 import math
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from canvaslab.choices import MAX_SEED
+from canvaslab.errors import CanvaslabError
 from canvaslab.serving.metrics import Metrics
 from canvaslab.serving.protocol import APIError, CompletionRequest, invalid
 
@@ -153,7 +155,7 @@ class Engine:
 
     def __init__(self, loaded, settings: ServeSettings, *, generate: Optional[Callable] = None,
                  metrics: Optional[Metrics] = None):
-        from canvaslab.generation.runner import max_prompt_tokens
+        from canvaslab.generation.runner import context_refusal, max_prompt_tokens
 
         if generate is None:
             from canvaslab.generation import generate
@@ -163,6 +165,9 @@ class Engine:
         self.canvas_length = int(config.canvas_length)
         self.budget = int(loaded.generation_defaults.get("max_new_tokens") or self.canvas_length)
         self.max_prompt_tokens = max_prompt_tokens(config, self.budget)
+        self._context_refusal = functools.partial(context_refusal, config, max_new_tokens=self.budget)
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:  # no request could ever be served
+            raise CanvaslabError(self._context_refusal(1))
         self.vocab_size = int(config.text_config.vocab_size)
         eos = loaded.generation_defaults.get("eos_token_id")
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
@@ -207,10 +212,9 @@ class Engine:
                               f"{self.vocab_size - 1})")
         if not ids:
             raise invalid(param, f"'{param}' encodes to no tokens")
-        if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
-            raise invalid(param, f"the prompt has {len(ids)} tokens; this model takes at most "
-                          f"{self.max_prompt_tokens} (its context less the completion budget)",
-                          "context_length_exceeded")
+        refusal = self._context_refusal(len(ids))
+        if refusal is not None:
+            raise invalid(param, refusal, "context_length_exceeded")
         return ids
 
     def submit(self, request: CompletionRequest, prompt_ids: list[int]) -> Submission:

@@ -118,6 +118,20 @@ def test_a_rerun_skips_what_is_done_and_the_final_line_says_so(tmp_path):
     assert sorted(_runs(log)) == ["u/0", "u/1", "u/2", "u/3"] and view["sum"] == 14
 
 
+def test_a_limited_run_counts_as_finished_by_others_only_units_within_its_limit(tmp_path, monkeypatch):
+    save = Store.save
+
+    def save_racing(store, unit, record, worker=None):  # "another process" stores u/1 and u/5 meanwhile
+        save(store, unit, record, worker)
+        if unit == "u/0":
+            for other in ("u/1", "u/5"):
+                save(store, other, {"index": int(other[2:]), "square": int(other[2:]) ** 2}, worker)
+
+    monkeypatch.setattr(Store, "save", save_racing)
+    _, outcome = run_study(Squares(n=6), tmp_path / "s", limit=2)
+    assert outcome.line("units") == "units: 1 ran, 0 skipped as already done, 1 finished by another process, 0 failed"
+
+
 def test_records_and_views_have_ordinary_file_modes(tmp_path):
     previous = os.umask(0o022)
     try:

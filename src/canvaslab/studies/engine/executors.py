@@ -136,8 +136,10 @@ class _Driver:
 
     def finished(self) -> Outcome:
         """The outcome, with the units another process on the same folder finished while this one ran."""
-        stored = sum(1 for unit in self.units if unit not in self.outcome.failed and self.store.has(unit))
-        self.outcome.by_others = max(0, stored - self.outcome.done)
+        # only the units this run was to run (pending at its start, within --limit): a limited run does not count
+        # the other process's units outside its limit
+        stored = sum(1 for unit in self.allowed if unit not in self.outcome.failed and self.store.has(unit))
+        self.outcome.by_others = max(0, stored - self.outcome.ran)
         return self.outcome
 
     def failed(self, units: list[str], error: str, attempts: int) -> None:
