@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from canvaslab.environment import environment_fingerprint, record_result
 from canvaslab.generation import generate
-from canvaslab.generation.fused_step import CapturedPass, FusedStep
+from canvaslab.generation.fused_step import CapturedStep, FusedStep
 from canvaslab.models import anatomy, load_model
 
 
@@ -103,7 +103,7 @@ def steady_state_probe(at_replay: int, repeats: int):
     ``at_replay``-th replay, the captured graph replayed ``repeats`` times alone (timed), then 3 times under
     the profiler. The extra replays recompute the same pass from the same inputs."""
     found: dict = {"step_events": [], "host": []}
-    step_call, replay = FusedStep.__call__, CapturedPass._replay
+    step_call, replay = FusedStep.__call__, CapturedStep.replay
 
     def timed_step(self, *args, **kwargs):
         event = torch.cuda.Event(enable_timing=True)
@@ -136,11 +136,11 @@ def steady_state_probe(at_replay: int, repeats: int):
             torch.cuda.synchronize()
         found["kernels"] = kernels_by_class(prof, 3)
 
-    FusedStep.__call__, CapturedPass._replay = timed_step, probed_replay
+    FusedStep.__call__, CapturedStep.replay = timed_step, probed_replay
     try:
         yield found
     finally:
-        FusedStep.__call__, CapturedPass._replay = step_call, replay
+        FusedStep.__call__, CapturedStep.replay = step_call, replay
 
 
 def steady_state(loaded, prompt, batch: int, steps: int) -> str:

@@ -56,15 +56,15 @@ def graphs_as_in(mode: str, model=None):
 
 @contextlib.contextmanager
 def decoder_passes(model):
-    """Counts, in the block, the denoising passes generate ran (``[0]``: the sampler's renoising, which every
-    pass calls outside the model), the passes replayed from a CUDA graph (``[1]``: calls of a captured
-    pass) and the clock at each renoising (``[2]``). Nothing is hooked into the model: compiled code traces a
-    module's hooks once and would keep a stale one."""
-    from canvaslab.generation.fused_step import CapturedPass
-    from canvaslab.generation.sampler import RowKeyedSampler
+    """Counts, in the block, the denoising passes generate ran (``[0]``: the end of each step's random draws,
+    ``RowRandomness.finish_step``, which every pass calls outside the model), the passes replayed from a CUDA
+    graph (``[1]``: calls of a captured step) and the clock at each pass's end (``[2]``). Nothing is hooked into
+    the model: compiled code traces a module's hooks once and would keep a stale one."""
+    from canvaslab.generation.fused_step import CapturedStep
+    from canvaslab.generation.row_randomness import RowRandomness
 
     counter = [0, 0, []]
-    original, replay = RowKeyedSampler.renoise_canvas, CapturedPass.__call__
+    original, replay = RowRandomness.finish_step, CapturedStep.__call__
 
     def counted(self, *args, **kwargs):
         counter[0] += 1
@@ -75,11 +75,11 @@ def decoder_passes(model):
         counter[1] += 1
         return replay(self, *args, **kwargs)
 
-    RowKeyedSampler.renoise_canvas, CapturedPass.__call__ = counted, replayed
+    RowRandomness.finish_step, CapturedStep.__call__ = counted, replayed
     try:
         yield counter
     finally:
-        RowKeyedSampler.renoise_canvas, CapturedPass.__call__ = original, replay
+        RowRandomness.finish_step, CapturedStep.__call__ = original, replay
 
 
 # The first passes of a canvas are not its steady state: the fused step runs two eagerly and captures its CUDA graph

@@ -430,11 +430,11 @@ def private_canvaslab_names(source: str) -> list[str]:
 
 def test_the_private_name_check_finds_imports_and_attributes():
     source = ("from canvaslab.training.evaluate import _words\nimport canvaslab._x\n"
-              "from canvaslab.generation.fused_step import CapturedPass\nCapturedPass._replay\n"
-              "from canvaslab.invariant import triton_kernels as tk\ntk._kernel(1)\nCapturedPass.__call__\n"
+              "from canvaslab.generation.fused_step import CapturedStep\nCapturedStep._replay\n"
+              "from canvaslab.invariant import triton_kernels as tk\ntk._kernel(1)\nCapturedStep.__call__\n"
               "import torch\ntorch.cuda.memory._snapshot()\n")
     assert private_canvaslab_names(source) == ["from canvaslab.training.evaluate import _words", "import canvaslab._x",
-                                               "CapturedPass._replay", "tk._kernel"]
+                                               "CapturedStep._replay", "tk._kernel"]
 
 
 @pytest.mark.parametrize("script", scripts())

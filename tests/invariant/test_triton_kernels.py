@@ -386,3 +386,48 @@ def test_vocab_sample_draws_follow_the_softmax():
     again = triton_kernels.vocab_sample(logits.to(DEVICE), torch.tensor([11], device=DEVICE), 0.9)[3]
     other = triton_kernels.vocab_sample(logits.to(DEVICE), torch.tensor([12], device=DEVICE), 0.9)[3]
     assert torch.equal(again, sample) and not torch.equal(other, sample)  # the row's seed decides, nothing else
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_topk_rows_is_the_stable_descending_sort_ties_nan_and_signed_zeros_included(dtype):
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randint(-3, 4, (37, 128), generator=gen).float() / 2).to(dtype)  # many ties
+    x[0, 5] = x[0, 77] = float("nan")
+    x[1] = float("-inf")
+    x[3] = 0.0
+    x[3, ::3] = -0.0
+    x[4, 9] = float("inf")
+    x = x.to(DEVICE)
+    values, indices = triton_kernels.topk_rows(x, 8)
+    sorted_values, sorted_indices = torch.sort(x, dim=-1, descending=True, stable=True)
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    assert torch.equal(indices, sorted_indices[:, :8])
+    assert torch.equal(values.view(bits), sorted_values[:, :8].contiguous().view(bits))
+
+
+@given(rows=st.integers(1, 40), d=st.integers(8, 200), k=st.integers(1, 8), row=st.integers(0, 39), seed=st.integers(0, 99))
+@settings(max_examples=10, deadline=None)
+def test_topk_rows_row_equals_one_row_result(rows, d, k, row, seed):
+    row = row % rows
+    x = torch.randn(rows, d, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+    values, indices = triton_kernels.topk_rows(x, k)
+    one_values, one_indices = triton_kernels.topk_rows(x[row:row + 1], k)
+    assert torch.equal(indices[row], one_indices[0]) and torch.equal(values[row], one_values[0])
+
+
+def test_uniform_tokens_depend_on_the_row_seed_alone_and_cover_the_vocabulary():
+    seeds = torch.tensor([7, 2 ** 62 + 3, 7, -5], dtype=torch.int64, device=DEVICE)
+    tokens = triton_kernels.uniform_tokens(seeds, 300, 10)
+    assert tokens.shape == (4, 300) and tokens.dtype == torch.int64
+    assert torch.equal(tokens[0], tokens[2]) and not torch.equal(tokens[0], tokens[1])
+    assert torch.equal(triton_kernels.uniform_tokens(seeds[1:2], 300, 10)[0], tokens[1])
+    counts = torch.bincount(triton_kernels.uniform_tokens(torch.arange(400, device=DEVICE), 250, 10).flatten().cpu(),
+                            minlength=10)
+    assert counts.numel() == 10 and counts.min() > 9000 and counts.max() < 11000  # 100,000 draws, 10,000 expected
+
+
+def test_keep_rows_copies_exactly_the_flagged_rows():
+    dst = torch.zeros(3, 4, 5000, device=DEVICE)
+    src = torch.arange(3 * 4 * 5000, dtype=torch.float32, device=DEVICE).view(3, 4, 5000)
+    kept = triton_kernels.keep_rows(dst, src, torch.tensor([False, True, False], device=DEVICE))
+    assert kept is dst and torch.equal(dst[1], src[1]) and not dst[0].any() and not dst[2].any()

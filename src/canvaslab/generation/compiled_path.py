@@ -10,9 +10,10 @@ method's results instead (an instance override, like ``_prepare_sampler``):
   (canvaslab's batch-invariant ops inside, every graph checked for reductions of the compiler's own);
   on CUDA the fused step's decoder pass (decoder, lm_head, the vocabulary pass) is compiled the same way
   and captured in the fused step's CUDA graphs;
-- the sampler and the stopping criterion stay eager: they draw from per-row random streams (seeded on
-  the host) and are what observers such as the commit tracer see, so a trace on this path is taken
-  exactly as on the eager one;
+- the sampler and the stopping criterion are not compiled: they draw from per-row random streams (seeded
+  on the host) and are what observers such as the commit tracer see, so a trace on this path is taken
+  exactly as on the eager one (on CUDA the fused step captures them, with the compiled pass, in its step's
+  CUDA graph);
 - each compiled call runs with invariant mode's eager switches set aside (the CPU's dispatch mode and
   the per-row sampling function mode): the compiled graph already holds the invariant ops. Any other
   function mode (the capture recorder) cannot see inside compiled code, so it is refused.

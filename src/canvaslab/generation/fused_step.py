@@ -16,8 +16,10 @@ invariant mode) with:
   temperature, the entropy, the argmax and the row's draw (an exponential race from the row's own Philox
   stream, seeded from ``RowRandomness``), writing the temperature-scaled logits in bfloat16 over the
   lm_head output: they are the next pass's self-conditioning logits, exactly the dtype transformers hands on;
-- the sampler's acceptance and renoising and the stopping rule from that entropy (``RowKeyedSampler``,
-  the runner's stop recorder);
+- the sampler's acceptance (``RowKeyedSampler``), the renoising (the row's own Philox stream:
+  ``triton_kernels.uniform_tokens``, seeded from ``RowRandomness`` like the draw) and the stopping rule from
+  that entropy (the runner's stop recorder), with nothing read back to the host: the whole step can be
+  replayed from one CUDA graph (``CapturedStep``);
 - the next pass's self-conditioning softmax written in bfloat16 directly (the float32 copy is skipped:
   the same bits as softmax then ``.to(bfloat16)``), then the invariant matmul.
 
@@ -25,7 +27,7 @@ At most two vocabulary-sized bfloat16 tensors per row are alive (the previous se
 and the new lm_head output), plus the softmax of ``SIGNAL_CANVASES`` canvases while the decoder starts. Every vocabulary
 reduction runs in one program per position, in an order fixed by the vocabulary size, so a row's result
 does not depend on its batch. The draw and the entropy are computed differently from transformers' (other
-rounding, another random stream): invariant mode's outputs are its own, proven invariant across batch
+rounding, another random stream; so does the renoising's stream): invariant mode's outputs are its own, proven invariant across batch
 sizes and positions by the same studies as before.
 
 Observers still see every ``accept_canvas`` decision: ``logits`` is then the temperature-scaled logits
@@ -35,6 +37,7 @@ in bfloat16 (what the next pass receives) and ``entropy`` the kernel's.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -45,17 +48,19 @@ from canvaslab.generation.sampler import RowKeyedMultinomial
 from canvaslab.models import anatomy
 
 
-def _temperature(logits_processor, cur_step: int) -> float | None:
-    """The step's temperature when the processors are the temperature schedule alone; None otherwise."""
+def _temperatures(logits_processor, steps) -> list[float] | None:
+    """The temperature at each of ``steps`` when the processors are the temperature schedule alone; None
+    otherwise."""
     processors = list(logits_processor or [])
     if not processors:
-        return 1.0
+        return [1.0 for _ in steps]
     if len(processors) != 1 or type(processors[0]) is not LinearTemperatureScheduleLogitsProcessor:
         return None
     schedule = processors[0]
     # The stock processor computes this in float32 (cur_step is a tensor there); so does this.
-    step = torch.tensor(cur_step, dtype=torch.float32) / schedule.max_denoising_steps
-    return float(torch.tensor(schedule.t_min, dtype=torch.float32) + (schedule.t_max - schedule.t_min) * step)
+    t_min = torch.tensor(schedule.t_min, dtype=torch.float32)
+    return [float(t_min + (schedule.t_max - schedule.t_min) * (torch.tensor(step, dtype=torch.float32)
+                                                              / schedule.max_denoising_steps)) for step in steps]
 
 
 # Canvases whose self-conditioning softmax is alive at once: 8 x 128 MiB at the real shapes instead of the
@@ -108,18 +113,20 @@ def streamed_self_conditioning(model):
             handle.remove()
 
 
-class CapturedPass:
-    """One decoder pass (decoder, lm_head, the vocabulary pass) captured as a CUDA graph and replayed.
+class CapturedStep:
+    """One whole denoising step (decoder, lm_head, the vocabulary pass, acceptance, renoising, the finished rows'
+    hold and the stopping rule) captured as a CUDA graph and replayed.
 
-    The host's launch work for a pass (thousands of kernels at the real shapes: at B=1 it, not the GPU,
-    sets the pace) is done once at capture; a replay launches the recorded kernels with the same
-    arguments, so it computes bit for bit what the captured eager pass computes. Inputs are copied into
-    the captured tensors before each replay; outputs live in the graph's memory and are overwritten by the
-    next replay (small ones are cloned; the self-conditioning logits are consumed by the next replay's
-    first kernels, after being copied into its input)."""
+    The host's launch work for a step (thousands of kernels at the real shapes: at B=1 it, not the GPU, would
+    set the pace) is done once at capture; a replay launches the recorded kernels with the same arguments, so
+    it computes bit for bit what the captured eager step computes. The step is a pure function of its inputs
+    (the stopping rule's history and record are inputs and outputs too), so nothing is read back to the host
+    between replays. Inputs are copied into the captured tensors before each replay (the self-conditioning
+    logits into the tensor the capture saw, not a clone: it is vocabulary-sized); outputs live in the graph's
+    memory and are overwritten by the next replay."""
 
-    def __init__(self, run, canvas, self_conditioning, seeds, temperature):
-        self.inputs = (canvas.clone(), self_conditioning, seeds.clone(), temperature.clone())
+    def __init__(self, run, inputs: tuple, shared: frozenset[int] = frozenset()):
+        self.inputs = tuple(value if i in shared or value is None else value.clone() for i, value in enumerate(inputs))
         self.outputs = self._capture(run)
 
     def _capture(self, run):
@@ -127,16 +134,16 @@ class CapturedPass:
         with torch.cuda.graph(self.graph):
             return run(*self.inputs)
 
-    def _replay(self) -> None:
+    def replay(self) -> None:
+        """Launch the captured kernels once (on the captured inputs as they are)."""
         self.graph.replay()
 
-    def __call__(self, canvas, self_conditioning, seeds, temperature):
-        for static, value in zip(self.inputs, (canvas, self_conditioning, seeds, temperature)):
-            if static is not value:
+    def __call__(self, *values) -> tuple:
+        for static, value in zip(self.inputs, values):
+            if static is not None and static is not value:
                 static.copy_(value)
-        self._replay()
-        scaled, *small = self.outputs
-        return scaled, *(t.clone() for t in small)
+        self.replay()
+        return self.outputs
 
 
 def _no_function_modes() -> bool:
@@ -145,16 +152,26 @@ def _no_function_modes() -> bool:
     return not torch.overrides._get_current_function_mode_stack()
 
 
+SELF_CONDITIONING = 2  # its position among the step's inputs (see FusedStep._step)
+
+
 class FusedStep:
     """A drop-in ``_denoising_step`` for the runner's per-row sampler and stop recorder (see the module).
 
-    With ``cuda_graphs`` (default), on CUDA and with no recorder attached, each canvas's passes after the
-    second are replayed from a CUDA graph captured at the third (the first two run eagerly: the first has
-    no self-conditioning input, the second compiles what the rest need). A capture that fails (an op
-    that waits for the host) leaves that canvas eager; ``graph_failures`` keeps the reasons."""
+    A step is one pure function of the carried values (``_step``); nothing in it reads a value back to the
+    host, so the host's only wait per pass is the loop's own test of whether every row has finished. Each
+    canvas's random seeds and temperatures are sent to the device once, at its first pass.
+
+    With ``cuda_graphs`` (default), on CUDA and with no recorder attached, each canvas's steps from the third
+    on are replayed from a CUDA graph captured at the third; the first two run eagerly (the first has no
+    self-conditioning input, the second loads and compiles the kernels the rest need). Once a capture at a
+    batch size has succeeded on this model, later canvases at that batch size (of any call) capture at the
+    second step. A capture that fails (an op that waits for the host) leaves that canvas eager;
+    ``graph_failures`` keeps the reasons."""
 
     cuda_graphs = True
-    captured_pass = CapturedPass
+    captured_step = CapturedStep
+    CAPTURED_BATCHES = "_canvaslab_captured_batches"  # on the model: batch sizes whose step was captured once
 
     def __init__(self, model, randomness, observers: Sequence = (), fallback=None, compiled: bool = False):
         self.model = model
@@ -169,14 +186,13 @@ class FusedStep:
         self.backbone, self.lm_head = model.get_submodule(anatomy.BACKBONE), anatomy.lm_head(model)
         self.graph_failures: list[str] = []
         self.replays = 0
-        self._canvas_key = None  # (cache, mask mapping) of the canvas being denoised, and its passes so far
-        self._captured: CapturedPass | None = None
+        self._canvas: _Canvas | None = None
 
     def __call__(self, decoder_forward, current_canvas, argmax_canvas, input_ids, decoder_position_ids,
                  self_conditioning_logits, mask_mapping, cache, finished_denoising, cur_step, sampler,
                  logits_processor, diffusion_stopping_criteria, **model_kwargs):
-        temperature = _temperature(logits_processor, cur_step)
-        if temperature is None or not hasattr(sampler, "accept_by_entropy"):
+        canvas = self._canvas_for((cache, mask_mapping), logits_processor, cur_step, current_canvas.device)
+        if canvas.temperatures is None or not hasattr(sampler, "accept_by_entropy"):
             with RowKeyedMultinomial(self.randomness):  # transformers' step draws with torch.multinomial
                 return self.fallback(decoder_forward=decoder_forward, current_canvas=current_canvas,
                                      argmax_canvas=argmax_canvas, input_ids=input_ids,
@@ -185,52 +201,96 @@ class FusedStep:
                                      cache=cache, finished_denoising=finished_denoising, cur_step=cur_step,
                                      sampler=sampler, logits_processor=logits_processor,
                                      diffusion_stopping_criteria=diffusion_stopping_criteria, **model_kwargs)
-        seeds = self.randomness.sample_seeds(current_canvas.device)
-        temperature = torch.tensor([temperature], dtype=torch.float32).to(current_canvas.device)
+        stopper = diffusion_stopping_criteria
+        k = canvas.passes
+        canvas.passes += 1
+        history = stopper.history(argmax_canvas) if stopper is not None else None
+        record = stopper.record(current_canvas.device) if stopper is not None else None
+        inputs = (current_canvas, argmax_canvas, self_conditioning_logits, finished_denoising, canvas.seeds[k],
+                  canvas.temperatures[k:k + 1], history, *(record or (None, None)))
 
-        def run(canvas, self_conditioning, seeds, temperature):
-            return self._pass(canvas, self_conditioning, seeds, temperature, mask_mapping=mask_mapping, cache=cache,
+        def run(*values):
+            return self._step(*values, sampler=sampler, stopper=stopper, mask_mapping=mask_mapping, cache=cache,
                               decoder_position_ids=decoder_position_ids, **model_kwargs)
 
-        scaled, entropy, new_argmax, denoiser_canvas = self._run_pass(
-            run, (cache, mask_mapping), current_canvas, self_conditioning_logits, seeds, temperature)
-        accepted = sampler.accept_by_entropy(current_canvas, denoiser_canvas, entropy)
+        new_canvas, new_argmax, scaled, finished, accepted, mask, entropy, history, *record = \
+            self._run_step(run, canvas, inputs)
+        sampler.accepted_token_mask = mask
+        self.randomness.finish_step()
+        if stopper is not None:
+            stopper.adopt(history, tuple(record))
+        if self.observers and canvas.captured is not None:  # the next replay overwrites the graph's outputs
+            accepted, mask, entropy = accepted.clone(), mask.clone(), entropy.clone()
         for observer in self.observers:
-            observer.on_accept(logits=scaled, accepted_mask=sampler.accepted_token_mask, accepted_canvas=accepted,
-                               cur_step=int(cur_step), entropy=entropy)
-        new_canvas = sampler.renoise_canvas(accepted, cur_step)
-        if diffusion_stopping_criteria is not None:
-            if finished_denoising.any():  # finished rows keep what they had, as in transformers' step
-                new_argmax = torch.where(finished_denoising[:, None], argmax_canvas, new_argmax)
-                new_canvas = torch.where(finished_denoising[:, None], current_canvas, new_canvas)
-                scaled[finished_denoising] = self_conditioning_logits[finished_denoising]
-            finished_denoising |= diffusion_stopping_criteria.stop_from_entropy(new_argmax, entropy)
-        return new_canvas, new_argmax, scaled, finished_denoising
+            observer.on_accept(logits=scaled, accepted_mask=mask, accepted_canvas=accepted, cur_step=int(cur_step),
+                               entropy=entropy)
+        return new_canvas, new_argmax, scaled, finished
 
-    def _pass(self, canvas, self_conditioning, seeds, temperature, *, mask_mapping, cache, decoder_position_ids,
-              **model_kwargs):
-        return self._decoder_pass(self.backbone, self.lm_head, self.softcap, canvas, self_conditioning, seeds,
-                                  temperature, mask_mapping, cache, decoder_position_ids, model_kwargs)
+    def _step(self, canvas, argmax, self_conditioning, finished, seeds, temperature, history, passes, stopped_at, *,
+              sampler, stopper, mask_mapping, cache, decoder_position_ids, **model_kwargs):
+        """One denoising step as a pure function of the carried values: the pass, acceptance by entropy,
+        renoising from the row's own stream, finished rows held (they keep their canvas, argmax and
+        self-conditioning logits, as in transformers' step) and the stopping rule with its record."""
+        from canvaslab.invariant.triton_kernels import keep_rows, uniform_tokens
+
+        scaled, entropy, new_argmax, draw = self._decoder_pass(
+            self.backbone, self.lm_head, self.softcap, canvas, self_conditioning, seeds[:, 0].contiguous(),
+            temperature, mask_mapping, cache, decoder_position_ids, model_kwargs)
+        accepted = sampler.accept_by_entropy(canvas, draw, entropy)
+        mask = sampler.accepted_token_mask
+        noise = uniform_tokens(seeds[:, 1].contiguous(), canvas.shape[1], sampler.vocab_size)
+        new_canvas = torch.where(mask, accepted, noise)
+        if stopper is None:
+            return new_canvas, new_argmax, scaled, finished, accepted, mask, entropy, None, None, None
+        new_argmax = torch.where(finished[:, None], argmax, new_argmax)
+        new_canvas = torch.where(finished[:, None], canvas, new_canvas)
+        if self_conditioning is not None:
+            keep_rows(scaled, self_conditioning, finished)
+        stop, history = stopper.rule(new_argmax, entropy, history)
+        passes, stopped_at = stopper.recorded(stop, (passes, stopped_at))
+        return new_canvas, new_argmax, scaled, finished | stop, accepted, mask, entropy, history, passes, stopped_at
+
+    def _canvas_for(self, canvas_key, logits_processor, cur_step, device) -> "_Canvas":
+        """The canvas being denoised (a new one when the cache or mask mapping changed): its passes so far, its
+        capture, and its seeds and temperatures for every remaining step, sent to the device at once."""
+        if self._canvas is None or not all(a is b for a, b in zip(self._canvas.key, canvas_key)):
+            temperatures = _temperatures(logits_processor, range(int(cur_step), 0, -1))
+            self._canvas = _Canvas(
+                key=canvas_key,
+                seeds=self.randomness.seed_table(("sample", "renoise"), int(cur_step), device),
+                temperatures=None if temperatures is None else torch.tensor(temperatures, dtype=torch.float32).to(device))
+        return self._canvas
 
     @staticmethod
     def _graphable(canvas, self_conditioning) -> bool:
         return canvas.is_cuda and self_conditioning is not None and _no_function_modes()
 
-    def _run_pass(self, run, canvas_key, canvas, self_conditioning, seeds, temperature):
-        """The pass eagerly, or replayed from this canvas's captured graph (see the class)."""
-        same_canvas = self._canvas_key is not None and all(a is b for a, b in zip(self._canvas_key[0], canvas_key))
-        passes = self._canvas_key[1] + 1 if same_canvas else 1
-        if not same_canvas:
-            self._captured = None
-        self._canvas_key = (canvas_key, passes)
-        graphs = self.cuda_graphs and self._graphable(canvas, self_conditioning)
-        if graphs and self._captured is None and passes >= 3 and len(self.graph_failures) < 3:
+    def _run_step(self, run, canvas: "_Canvas", inputs: tuple) -> tuple:
+        """The step eagerly, or replayed from this canvas's captured graph (see the class)."""
+        graphs = self.cuda_graphs and self._graphable(inputs[0], inputs[SELF_CONDITIONING])
+        captured_batches = vars(self.model).setdefault(self.CAPTURED_BATCHES, set())
+        first = 2 if inputs[0].shape[0] in captured_batches else 3
+        if graphs and canvas.captured is None and canvas.passes >= first and canvas.may_capture \
+                and len(self.graph_failures) < 3:
             try:
-                self._captured = self.captured_pass(run, canvas, self_conditioning, seeds, temperature)
+                canvas.captured = self.captured_step(run, inputs, shared=frozenset({SELF_CONDITIONING}))
+                captured_batches.add(inputs[0].shape[0])
             except RuntimeError as error:  # an op that cannot be captured: this canvas stays eager
                 self.graph_failures.append(str(error).splitlines()[0])
-                self._canvas_key = (canvas_key, -10 ** 9)  # no second try on this canvas
-        if graphs and self._captured is not None:
+                canvas.may_capture = False
+        if graphs and canvas.captured is not None:
             self.replays += 1
-            return self._captured(canvas, self_conditioning, seeds, temperature)
-        return run(canvas, self_conditioning, seeds, temperature)
+            return canvas.captured(*inputs)
+        return run(*inputs)
+
+
+@dataclass
+class _Canvas:
+    """What the fused step keeps for the canvas being denoised."""
+
+    key: tuple
+    seeds: torch.Tensor  # (remaining steps, batch, 2): each row's sample and renoise seeds
+    temperatures: torch.Tensor | None  # (remaining steps,); None: the logits processors are not the schedule alone
+    passes: int = 0
+    captured: CapturedStep | None = None
+    may_capture: bool = True

@@ -79,41 +79,75 @@ class GenerationOutput:
 
 
 class _StopRecorder(StableAndConfidentStoppingCriteria):
-    """The stock stopping criterion, also recording at which pass each row first stopped."""
+    """The stock stopping criterion, also recording at which pass each row first stopped.
+
+    The record of a canvas (passes so far, and each row's first stopping pass, 0 for none) stays on the device
+    while the canvas runs, so a pass never waits for the GPU to report it; ``canvases`` reads it back."""
 
     def __init__(self, *args, batch_size: int, **kwargs):
         super().__init__(*args, **kwargs)
         self.batch_size = batch_size
-        self.canvases: list[dict[str, list]] = []
+        self._records: list[tuple[torch.Tensor, torch.Tensor] | None] = []
 
     def reset(self):
         super().reset()
-        self.canvases.append({"stopped_at": [None] * self.batch_size, "passes": 0})
+        self._records.append(None)  # filled at the canvas's first pass
 
     def __call__(self, argmax_canvas, logits, **kwargs):
-        return self._record(super().__call__(argmax_canvas, logits, **kwargs))
+        stop = super().__call__(argmax_canvas, logits, **kwargs)
+        self._records[-1] = self.recorded(stop, self.record(stop.device))
+        return stop
 
     def stop_from_entropy(self, argmax_canvas: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
         """The same rule given the per-position entropy of the processed logits (the fused step's): stable
         (the argmax canvas unchanged over ``stability_threshold`` passes) and confident (mean entropy)."""
-        if self.stability_threshold == 0:
+        stop, history = self.rule(argmax_canvas, entropy, self.history(argmax_canvas))
+        self.adopt(history, self.recorded(stop, self.record(stop.device)))
+        return stop
+
+    def history(self, argmax_canvas: torch.Tensor) -> torch.Tensor | None:
+        """The canvas's argmax history (None when stability is not asked for), created at its first pass."""
+        if self.stability_threshold and self.argmax_canvas_history is None:
+            self.argmax_canvas_history = torch.full((self.stability_threshold, *argmax_canvas.shape), -1,
+                                                    dtype=argmax_canvas.dtype, device=argmax_canvas.device)
+        return self.argmax_canvas_history
+
+    def rule(self, argmax_canvas, entropy, history) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(stop, the next history): a pure function of its inputs, so a CUDA graph can hold it."""
+        if history is None:
             stable = torch.ones(argmax_canvas.shape[0], device=argmax_canvas.device, dtype=torch.bool)
         else:
-            if self.argmax_canvas_history is None:
-                self.argmax_canvas_history = torch.full((self.stability_threshold, *argmax_canvas.shape), -1,
-                                                        dtype=argmax_canvas.dtype, device=argmax_canvas.device)
-            stable = (self.argmax_canvas_history == argmax_canvas[None]).all(dim=-1).all(dim=0)
-            self.argmax_canvas_history = torch.roll(self.argmax_canvas_history, shifts=-1, dims=0)
-            self.argmax_canvas_history[-1] = argmax_canvas
-        return self._record(stable & (entropy.mean(dim=-1) < self.confidence_threshold))
+            stable = (history == argmax_canvas[None]).all(dim=-1).all(dim=0)
+            history = torch.cat([history[1:], argmax_canvas[None]])
+        return stable & (entropy.mean(dim=-1) < self.confidence_threshold), history
 
-    def _record(self, stop: torch.Tensor) -> torch.Tensor:
-        canvas = self.canvases[-1]
-        canvas["passes"] += 1
-        for row in torch.nonzero(stop).flatten().tolist():
-            if canvas["stopped_at"][row] is None:
-                canvas["stopped_at"][row] = canvas["passes"]
-        return stop
+    def record(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The current canvas's record: (passes, first stopping pass per row, 0 for none), on the device."""
+        if self._records[-1] is None:
+            return (torch.zeros((), dtype=torch.int64, device=device),
+                    torch.zeros(self.batch_size, dtype=torch.int64, device=device))
+        return self._records[-1]
+
+    @staticmethod
+    def recorded(stop: torch.Tensor, record: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The record after a pass that gave ``stop`` (pure, no read back to the host)."""
+        passes, stopped_at = record
+        passes = passes + 1
+        return passes, torch.where((stopped_at == 0) & stop, passes, stopped_at)
+
+    def adopt(self, history: torch.Tensor | None, record: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Take the history and record a pass computed (``rule``, ``recorded``) as the current ones."""
+        self.argmax_canvas_history = history
+        self._records[-1] = record
+
+    @property
+    def canvases(self) -> list[dict[str, Any]]:
+        """Per canvas: ``passes`` run and each row's first stopping pass (``stopped_at``, None for none)."""
+        canvases = []
+        for record in self._records:
+            passes, stopped_at = (0, [0] * self.batch_size) if record is None else (int(record[0]), record[1].tolist())
+            canvases.append({"stopped_at": [stop or None for stop in stopped_at], "passes": passes})
+        return canvases
 
 
 def resolve_generation(defaults: dict[str, Any], overrides: dict[str, Any] | None) -> dict[str, Any]:

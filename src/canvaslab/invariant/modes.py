@@ -8,7 +8,7 @@ A mode is named once, at the boundary (the CLI's ``--mode``, ``generate(mode=...
   each left-padded row's own rotary positions (``canvaslab.invariant.padding``);
 - ``replaced_ops()``: what the mode replaces, for the environment fingerprint;
 - ``takes_compiled_path(model)``: whether generate runs transformers' compiled static-cache path with
-  canvaslab's ops inside (``canvaslab.generation.compiled_path``; the sampler stays eager there);
+  canvaslab's ops inside (``canvaslab.generation.compiled_path``; the sampler is not compiled there);
 - ``streams_vocabulary(model)``: whether the denoising step is the fused one that streams the vocabulary
   (``canvaslab.generation.fused_step``);
 - ``removes_padding_effect``, ``computes_rows_apart``: what the studies need to know of it.

@@ -306,7 +306,15 @@ def topk_batch_invariant_cpu(func, x, k, dim=-1, largest=True, sorted=True):
 
 
 def topk_batch_invariant(x, k, dim=-1, largest=True, sorted=True):
+    if _topk_kernel_fits(x, k, dim, largest):  # the routers' top-k over the experts: a few passes over each row
+        return _triton().topk_rows(x, k)
     return tuple(t.contiguous() for t in topk_batch_invariant_cpu(None, x, k, dim, largest, sorted))
+
+
+def _topk_kernel_fits(x, k, dim, largest) -> bool:
+    kernels = _triton()
+    return (largest and dim in (-1, x.dim() - 1) and x.dtype in (torch.float16, torch.bfloat16, torch.float32)
+            and 0 < k <= min(x.shape[-1], kernels.TOPK_MAX_K) and x.shape[-1] <= kernels.TOPK_MAX_WIDTH)
 
 
 def topk_decomposition(x, k, dim=-1, largest=True, sorted=True):

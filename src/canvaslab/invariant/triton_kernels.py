@@ -556,6 +556,96 @@ def _vocab_sample_kernel(logits_ptr, out_ptr, seeds_ptr, entropy_ptr, argmax_ptr
     tl.store(sample_ptr + rows, drawn.to(tl.int64), mask=row_mask)
 
 
+@triton.jit(do_not_specialize=["R"])
+def _topk_kernel(x_ptr, values_ptr, indices_ptr, R, D, s_x, K: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    # k rounds of "the largest value not taken, the lowest index among equals; NaN above everything": the order
+    # of a stable descending sort, so the answer is the sort's (ties included) and depends on the row alone.
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_mask = rows < R
+    offs = tl.arange(0, BLOCK)[None, :]
+    free = row_mask[:, None] & (offs < D)
+    row_start = x_ptr + rows.to(tl.int64) * s_x
+    x = tl.load(row_start[:, None] + offs, mask=free, other=0.0).to(tl.float32)
+    nan = x != x
+    for j in tl.static_range(K):
+        any_nan = tl.max(tl.where(free & nan, 1, 0), axis=1)[:, None]
+        top = tl.max(tl.where(free & ~nan, x, float("-inf")), axis=1)[:, None]
+        candidates = free & tl.where(any_nan > 0, nan, (x == top) & ~nan)
+        at = tl.min(tl.where(candidates, offs, BLOCK), axis=1)
+        value = tl.load(row_start + at, mask=row_mask)  # the chosen element's own bits (-0.0, a NaN's payload)
+        tl.store(values_ptr + rows * K + j, value, mask=row_mask)
+        tl.store(indices_ptr + rows * K + j, at.to(tl.int64), mask=row_mask)
+        free = free & (offs != at[:, None])
+
+
+TOPK_MAX_WIDTH, TOPK_MAX_K = 1024, 32
+
+
+def topk_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` largest values of each row of ``x`` (``(..., D)``, float16/bfloat16/float32, ``D`` at most
+    ``TOPK_MAX_WIDTH``, ``k`` at most ``TOPK_MAX_K``) and their indices, in a stable descending sort's order (NaN
+    first, equal values by index): one program per few rows, no sort (the routers' top-k over the experts)."""
+    d = x.shape[-1]
+    if not (0 < k <= min(d, TOPK_MAX_K) and d <= TOPK_MAX_WIDTH):
+        raise ValueError(f"topk_rows: k={k} over {d} values is outside the kernel's range")
+    rows = x.reshape(-1, d).contiguous()
+    values = torch.empty((rows.shape[0], k), dtype=x.dtype, device=x.device)
+    indices = torch.empty((rows.shape[0], k), dtype=torch.int64, device=x.device)
+    block = triton.next_power_of_2(d)
+    per_program = max(1, 2048 // block)
+    _topk_kernel[(triton.cdiv(rows.shape[0], per_program),)](rows, values, indices, rows.shape[0], d, d, K=k,
+                                                            ROWS=per_program, BLOCK=block)
+    return values.view(*x.shape[:-1], k), indices.view(*x.shape[:-1], k)
+
+
+@triton.jit
+def _uniform_tokens_kernel(seeds_ptr, out_ptr, L, V, BLOCK: tl.constexpr):
+    # Token i of row r: the first Philox word at counter i under the row's seed, scaled to [0, V) by a
+    # 32-bit multiply-shift (bias below V / 2^32 per token, the order of torch.randint's modulo).
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    seed = tl.load(seeds_ptr + row).to(tl.uint64, bitcast=True)
+    zeros = offs.to(tl.uint32) * 0
+    b0, _, _, _ = tl.philox(PHILOX_KEY, offs.to(tl.uint32), (seed & 0xFFFFFFFF).to(tl.uint32) + zeros,
+                            (seed >> 32).to(tl.uint32) + zeros, zeros)
+    tokens = (b0.to(tl.uint64) * V) >> 32
+    tl.store(out_ptr + row.to(tl.int64) * L + offs, tokens.to(tl.int64), mask=offs < L)
+
+
+def uniform_tokens(seeds: torch.Tensor, length: int, vocab_size: int) -> torch.Tensor:
+    """``(B, length)`` int64 token ids uniform over ``[0, vocab_size)``, row ``r`` from its own counter-based stream
+    ``seeds[r]`` (int64): a function of that seed alone, drawn on the device with no host work (a CUDA graph
+    can hold it)."""
+    out = torch.empty((seeds.shape[0], length), dtype=torch.int64, device=seeds.device)
+    block = min(1024, triton.next_power_of_2(length))
+    _uniform_tokens_kernel[(seeds.shape[0], triton.cdiv(length, block))](seeds.contiguous(), out, length, vocab_size,
+                                                                         BLOCK=block)
+    return out
+
+
+@triton.jit
+def _keep_rows_kernel(dst_ptr, src_ptr, flags_ptr, N, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
+    row = tl.program_id(0)
+    if tl.load(flags_ptr + row) != 0:  # rows not flagged cost one load
+        base = row.to(tl.int64) * N
+        for i in range(0, CHUNKS):
+            offs = (tl.program_id(1) * CHUNKS + i) * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < N
+            tl.store(dst_ptr + base + offs, tl.load(src_ptr + base + offs, mask=mask), mask=mask)
+
+
+def keep_rows(dst: torch.Tensor, src: torch.Tensor, flags: torch.Tensor) -> torch.Tensor:
+    """``dst[r] = src[r]`` for every row ``r`` with ``flags[r]`` true, decided on the device (no host sync, so a
+    CUDA graph can hold it); ``dst`` is returned."""
+    if dst.shape != src.shape or not (dst.is_contiguous() and src.is_contiguous()):
+        raise ValueError("keep_rows: dst and src must be contiguous tensors of one shape")
+    n = dst[0].numel()
+    block, chunks = 4096, 16
+    _keep_rows_kernel[(dst.shape[0], triton.cdiv(n, block * chunks))](dst, src, flags.contiguous(), n, BLOCK=block,
+                                                                       CHUNKS=chunks)
+    return dst
+
+
 def vocab_plan(v: int) -> tuple[int, int, int]:
     """(rows per program, quarter-block width, warps) for a vocabulary of ``v``: a function of ``v`` alone. A
     real vocabulary (262,144) gets one program per row; a small one (tests, tiny models) shares a program."""
