@@ -153,7 +153,7 @@ def steady_state(loaded, prompt, batch: int, steps: int) -> str:
         run()
         torch.cuda.synchronize()
     events = found["step_events"]
-    # step i's device span: its start event to the next step's (the probe's extra replays sit in the 5th and 6th)
+    # step i's device span: its start event to the next step's (the probe's extra replays sit in an early one)
     spans = [a.elapsed_time(b) for a, b in zip(events, events[1:])]
     steady = [span for i, span in enumerate(spans) if i >= 6]
     if not steady or "replay_alone_ms" not in found:
@@ -165,7 +165,7 @@ def steady_state(loaded, prompt, batch: int, steps: int) -> str:
             f"  captured pass replayed alone          {alone_ms:8.2f} ms  (median of {len(found['replay_alone_ms'])})\n"
             f"  outside the pass                      {step_ms - alone_ms:8.2f} ms  ({(step_ms - alone_ms) / step_ms:.1%})\n"
             f"  per row-pass: step {step_ms / batch:.2f} ms, pass alone {alone_ms / batch:.2f} ms\n"
-            f"  host time of passes 1, 2 (eager) and 3 (capture, then replay): "
+            f"  host time of passes 1-3 (eager, then the capture at the 2nd or 3rd and replays): "
             f"{', '.join(f'{h:.1f}' for h in host[:3])} ms; a replayed step's host time {statistics.median(host[7:]):.2f} ms\n"
             f"### kernels of one replay, by class\n{found['kernels']}")
 

@@ -82,8 +82,8 @@ def decoder_passes(model):
         RowRandomness.finish_step, CapturedStep.__call__ = original, replay
 
 
-# The first passes of a canvas are not its steady state: the fused step runs two eagerly and captures its CUDA graph
-# at the third. Whole calls also vary by tens of milliseconds from call to call (as much as several passes at B=1,
+# The first passes of a canvas are not its steady state: the fused step runs one or two eagerly and captures its
+# CUDA graph at the second or third. Whole calls also vary by tens of milliseconds from call to call (as much as several passes at B=1,
 # which is why the differenced figure is unstable there). Intervals between renoisings from the fourth on are
 # replay to replay (the one from the third, after the graph's first replay, is left out too).
 STEADY_FROM = 3

@@ -162,6 +162,51 @@ def test_replayed_passes_give_the_eager_generation(tiny_short_canvas, fused, mon
         assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
+class _MeanEntropies:
+    def __init__(self):
+        self.seen = []
+
+    def on_accept(self, *, logits, accepted_mask, accepted_canvas, cur_step, entropy):
+        self.seen.append(entropy.mean(dim=-1).tolist())
+
+
+def _first_stops(means: list[list[float]], threshold: float) -> list[int | None]:
+    """Each row's first pass whose mean entropy is below ``threshold`` (the stopping rule without stability)."""
+    return [next((p + 1 for p, pass_means in enumerate(means) if pass_means[row] < threshold), None)
+            for row in range(len(means[0]))]
+
+
+def test_rows_that_finish_inside_replays_give_the_eager_generation(tiny_short_canvas, fused, monkeypatch):
+    """Rows stopping at different replayed passes: their canvas, argmax and self-conditioning logits held, the
+    stopping record kept on the device, all inside the replayed step, give the eager generation."""
+    prompts = [tiny_short_canvas.tokenizer(text)["input_ids"] for text in ("the man said that the water was cold",
+                                                                          "why is the sky blue ?", "a river")]
+    steps = {"max_denoising_steps": 6, "max_new_tokens": 32, "stability_threshold": 0}
+    probe = _MeanEntropies()
+    generate(tiny_short_canvas, prompts, mode="invariant", observers=[probe],
+             generation={**steps, "confidence_threshold": 1e-30})
+    candidates = sorted({m + 1e-6 for pass_means in probe.seen[2:] for m in pass_means})
+    # rows stopping at different passes, the first of them inside the replays (pass 3 on) with passes after it
+    threshold = next(t for t in candidates if len(set(_first_stops(probe.seen, t))) >= 2
+                     and 3 <= min(stop for stop in _first_stops(probe.seen, t) if stop) <= 4)
+    generation = {**steps, "confidence_threshold": threshold}
+    eager = [_Passes(row) for row in range(3)]
+    expected = generate(tiny_short_canvas, prompts, mode="invariant", generation=generation, observers=eager)
+    assert [row.stop_passes[0] for row in expected.rows] == _first_stops(probe.seen, threshold)
+    monkeypatch.setattr(FusedStep, "captured_step", _ReplayedOnCpu)
+    monkeypatch.setattr(FusedStep, "_graphable", staticmethod(lambda canvas, self_conditioning: self_conditioning is not None))
+    replayed = [_Passes(row) for row in range(3)]
+    result = generate(tiny_short_canvas, prompts, mode="invariant", generation=generation, observers=replayed)
+    assert [(row.tokens, row.stop_point, row.passes) for row in result.rows] == \
+        [(row.tokens, row.stop_point, row.passes) for row in expected.rows]
+    for got, want in zip(replayed, eager):
+        assert len(got.seen) == len(want.seen)
+        assert all(torch.equal(a, b) for pa, pb in zip(got.seen, want.seen) for a, b in zip(pa, pb))
+    for prompt, row in zip(prompts, result.rows):  # a finished row keeps what it had: its generation alone
+        alone = generate(tiny_short_canvas, [prompt], mode="invariant", generation=generation).rows[0]
+        assert (alone.tokens, alone.stop_point) == (row.tokens, row.stop_point)
+
+
 def test_self_conditioning_taken_a_few_canvases_at_a_time_gives_the_same_generation(tiny_short_canvas, fused,
                                                                                    monkeypatch):
     """The next pass's soft embeddings computed ``SIGNAL_CANVASES`` canvases at a time (a bounded softmax in

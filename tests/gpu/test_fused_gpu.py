@@ -83,3 +83,40 @@ def test_cuda_graph_replays_give_the_eager_generation(monkeypatch):
     assert steps[-1].replays == 4 and not steps[-1].graph_failures, steps[-1].graph_failures
     assert tokens([other, other, prompt, other], 2, True) == eager
     assert steps[-1].replays == 4 and not steps[-1].graph_failures, steps[-1].graph_failures
+
+
+def test_rows_finishing_inside_cuda_graph_replays_give_the_eager_generation(monkeypatch):
+    """Rows stopping at different replayed passes (their holds and the stopping record inside the graph), a second
+    canvas, and a second call at the same batch size (captured at its second pass): tokens, stopping points and
+    passes equal the eager fused step's, and every capture succeeds."""
+    from canvaslab.generation import generate
+    from canvaslab.generation.fused_step import FusedStep
+    from canvaslab.models import load_model
+
+    loaded = load_model("real-shapes", device="cuda", layers=2)
+    steps = []
+    original_init = FusedStep.__init__
+    monkeypatch.setattr(FusedStep, "__init__", lambda self, *a, **k: (original_init(self, *a, **k), steps.append(self))[0])
+    prompts = [loaded.tokenizer(text)["input_ids"] for text in ("the man said that the water was cold", "why", "a")]
+    base = {"max_denoising_steps": 8, "max_new_tokens": 512, "stability_threshold": 0}
+
+    class Means:
+        seen = []
+
+        def on_accept(self, *, entropy, **_):
+            self.seen.append(entropy.mean(dim=-1).tolist())
+
+    probe = Means()
+    monkeypatch.setattr(FusedStep, "cuda_graphs", False)
+    generate(loaded, prompts, mode="invariant", observers=[probe], generation={**base, "confidence_threshold": 1e-30})
+    first_canvas = probe.seen[:8]
+    stops = lambda t: [next((p + 1 for p, m in enumerate(first_canvas) if m[r] < t), None) for r in range(3)]
+    candidates = sorted({m + 1e-6 for means in first_canvas[2:] for m in means})
+    threshold = next(t for t in candidates if len(set(stops(t))) >= 2 and 3 <= min(s for s in stops(t) if s) <= 6)
+    generation = {**base, "confidence_threshold": threshold}
+    summary = lambda out: [(row.tokens, row.stop_point, row.passes) for row in out.rows]
+    eager = summary(generate(loaded, prompts, mode="invariant", generation=generation))
+    monkeypatch.setattr(FusedStep, "cuda_graphs", True)
+    for _ in range(2):  # the second call captures at the second pass
+        assert summary(generate(loaded, prompts, mode="invariant", generation=generation)) == eager
+        assert steps[-1].replays > 0 and steps[-1].graph_failures == [], steps[-1].graph_failures

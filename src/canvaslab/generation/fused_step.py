@@ -177,6 +177,7 @@ class FusedStep:
         self.model = model
         # On the compiled path the pass is compiled with canvaslab's backend (``compiled_path``); the
         # self-conditioning softmax is then the decoder's own, mapped onto canvaslab's ops.
+        self.compiled = compiled
         self._decoder_pass = compiled_path.compiled(model, "pass", compiled_path.decoder_pass) if compiled \
             else compiled_path.decoder_pass
         self.randomness = randomness
@@ -255,10 +256,11 @@ class FusedStep:
         capture, and its seeds and temperatures for every remaining step, sent to the device at once."""
         if self._canvas is None or not all(a is b for a, b in zip(self._canvas.key, canvas_key)):
             temperatures = _temperatures(logits_processor, range(int(cur_step), 0, -1))
+            steps = 0 if temperatures is None else int(cur_step)  # the fallback step draws its own
             self._canvas = _Canvas(
                 key=canvas_key,
-                seeds=self.randomness.seed_table(("sample", "renoise"), int(cur_step), device),
-                temperatures=None if temperatures is None else torch.tensor(temperatures, dtype=torch.float32).to(device))
+                seeds=_to_device(self.randomness.seed_table(("sample", "renoise"), steps), device),
+                temperatures=None if temperatures is None else _to_device(torch.tensor(temperatures, dtype=torch.float32), device))
         return self._canvas
 
     @staticmethod
@@ -269,12 +271,13 @@ class FusedStep:
         """The step eagerly, or replayed from this canvas's captured graph (see the class)."""
         graphs = self.cuda_graphs and self._graphable(inputs[0], inputs[SELF_CONDITIONING])
         captured_batches = vars(self.model).setdefault(self.CAPTURED_BATCHES, set())
-        first = 2 if inputs[0].shape[0] in captured_batches else 3
+        shape = (inputs[0].shape[0], self.compiled)  # the compiled pass and the eager one load other kernels
+        first = 2 if shape in captured_batches else 3
         if graphs and canvas.captured is None and canvas.passes >= first and canvas.may_capture \
                 and len(self.graph_failures) < 3:
             try:
                 canvas.captured = self.captured_step(run, inputs, shared=frozenset({SELF_CONDITIONING}))
-                captured_batches.add(inputs[0].shape[0])
+                captured_batches.add(shape)
             except RuntimeError as error:  # an op that cannot be captured: this canvas stays eager
                 self.graph_failures.append(str(error).splitlines()[0])
                 canvas.may_capture = False
@@ -282,6 +285,13 @@ class FusedStep:
             self.replays += 1
             return canvas.captured(*inputs)
         return run(*inputs)
+
+
+def _to_device(values: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``values`` on ``device`` without making the host wait for the GPU's queued work (pinned, non-blocking)."""
+    if device.type != "cuda":
+        return values.to(device)
+    return values.pin_memory().to(device, non_blocking=True)
 
 
 @dataclass

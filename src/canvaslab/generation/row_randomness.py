@@ -61,13 +61,13 @@ class RowRandomness:
         generator.manual_seed(stream_seed(self.seed, self.requests[row], self.canvas, self.step, purpose))
         return generator
 
-    def seed_table(self, purposes: Sequence[str], steps: int, device: torch.device) -> torch.Tensor:
+    def seed_table(self, purposes: Sequence[str], steps: int) -> torch.Tensor:
         """``(steps, batch, len(purposes))`` int64: each row's seed for each purpose at this step and the
         ``steps - 1`` after it in this canvas, for kernels that draw from their own counter-based stream (the
-        fused step's Philox) instead of a ``torch.Generator``. One copy to the device serves a canvas's steps."""
+        fused step's Philox) instead of a ``torch.Generator``, on the host: one copy to the device serves a canvas."""
         seeds = [[[stream_seed(self.seed, request, self.canvas, self.step + k, purpose) for purpose in purposes]
                   for request in self.requests] for k in range(steps)]
-        return torch.tensor(seeds, dtype=torch.int64).to(device)
+        return torch.tensor(seeds, dtype=torch.int64).reshape(steps, len(self.requests), len(purposes))
 
     def uniform_tokens(self, purpose: str, length: int, vocab_size: int, device: torch.device) -> torch.Tensor:
         """``(batch, length)`` token ids drawn uniformly from the vocabulary, one stream per row."""

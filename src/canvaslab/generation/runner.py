@@ -42,6 +42,10 @@ class AcceptObserver(Protocol):
     """Receives every ``accept_canvas`` call of the loop (the commit-order tracer is one), with the
     per-position entropy the sampler computed from ``logits`` (None if it could not be caught).
 
+    The tensors are valid during the call only (the next pass may overwrite them): copy what is kept. In invariant
+    mode's fused step (CUDA), ``logits`` are what the next pass receives: a row that has finished keeps its earlier
+    ones there.
+
     An observer may also define ``on_phase(phase)``: it is told ``"prompt_cache"`` before the B=1 prompt
     cache is built and ``"generate"`` before transformers' loop starts; and ``on_prompt_encoding(rows)``:
     told, inside the prompt cache, which rows' prompt is encoded next.
@@ -91,6 +95,8 @@ class _StopRecorder(StableAndConfidentStoppingCriteria):
 
     def reset(self):
         super().reset()
+        if self._records and self._records[-1] is not None:  # not a view into the last canvas's graph memory
+            self._records[-1] = tuple(t.clone() for t in self._records[-1])
         self._records.append(None)  # filled at the canvas's first pass
 
     def __call__(self, argmax_canvas, logits, **kwargs):
@@ -143,11 +149,10 @@ class _StopRecorder(StableAndConfidentStoppingCriteria):
     @property
     def canvases(self) -> list[dict[str, Any]]:
         """Per canvas: ``passes`` run and each row's first stopping pass (``stopped_at``, None for none)."""
-        canvases = []
-        for record in self._records:
-            passes, stopped_at = (0, [0] * self.batch_size) if record is None else (int(record[0]), record[1].tolist())
-            canvases.append({"stopped_at": [stop or None for stop in stopped_at], "passes": passes})
-        return canvases
+        empty = torch.zeros(1 + self.batch_size, dtype=torch.int64)
+        rows = torch.stack([empty if record is None else torch.cat([record[0].view(1), record[1]]).cpu()
+                            for record in self._records]).tolist() if self._records else []  # one read back
+        return [{"stopped_at": [stop or None for stop in row[1:]], "passes": row[0]} for row in rows]
 
 
 def resolve_generation(defaults: dict[str, Any], overrides: dict[str, Any] | None) -> dict[str, Any]:
@@ -269,13 +274,13 @@ def _notify_encoding(observers: Sequence[AcceptObserver], rows: list[int]) -> No
 def _row_results(tokenizer, prompts, sequences, prompt_width, settings, stopper) -> list[RowResult]:
     eos_ids = settings.get("eos_token_id") or []
     eos_ids = set(eos_ids if isinstance(eos_ids, list) else [eos_ids])
-    results = []
+    results, canvases = [], stopper.canvases
     for row, prompt in enumerate(prompts):
         tokens = sequences[row, prompt_width:].tolist()
         eos = next((i for i, token in enumerate(tokens) if token in eos_ids), None)
         text = tokenizer.decode(tokens[: eos] if eos is not None else tokens, skip_special_tokens=True)
-        stops = [canvas["stopped_at"][row] for canvas in stopper.canvases]
-        passes = [stop if stop is not None else canvas["passes"] for stop, canvas in zip(stops, stopper.canvases)]
+        stops = [canvas["stopped_at"][row] for canvas in canvases]
+        passes = [stop if stop is not None else canvas["passes"] for stop, canvas in zip(stops, canvases)]
         results.append(RowResult(list(prompt), tokens, text, stops, passes, eos))
     return results
 

@@ -640,6 +640,8 @@ def keep_rows(dst: torch.Tensor, src: torch.Tensor, flags: torch.Tensor) -> torc
     if dst.shape != src.shape or not (dst.is_contiguous() and src.is_contiguous()):
         raise ValueError("keep_rows: dst and src must be contiguous tensors of one shape")
     n = dst[0].numel()
+    if n >= 2 ** 31:  # offsets within a row are 32-bit
+        raise ValueError("keep_rows: a row of 2^31 elements or more")
     block, chunks = 4096, 16
     _keep_rows_kernel[(dst.shape[0], triton.cdiv(n, block * chunks))](dst, src, flags.contiguous(), n, BLOCK=block,
                                                                        CHUNKS=chunks)
