@@ -460,3 +460,11 @@ def test_the_token_counts_refuse_bad_input_in_one_line(tmp_path, bad, said):
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and said in lines[0], done.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+def test_profile_steady_on_a_cpu_is_one_line_before_any_model_loads(tmp_path):
+    args = [sys.executable, str(BENCHMARKS / "profile_generate.py"), "--steady", "--device", "cpu",
+            "--out", str(tmp_path / "p.txt")]
+    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--steady needs --device cuda" in done.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in done.stderr and not (tmp_path / "p.txt").exists()

@@ -106,7 +106,7 @@ def test_acceptance_from_entropy_is_transformers_rule():
 
 
 @pytest.mark.parametrize("stability", [0, 1, 2])
-def test_stop_from_entropy_is_transformers_rule(stability):
+def test_stop_rule_from_entropy_is_transformers_rule(stability):
     gen = torch.Generator().manual_seed(stability)
     by_logits = runner._StopRecorder(stability_threshold=stability, confidence_threshold=0.5, batch_size=3)
     by_entropy = runner._StopRecorder(stability_threshold=stability, confidence_threshold=0.5, batch_size=3)
@@ -118,7 +118,9 @@ def test_stop_from_entropy_is_transformers_rule(stability):
         logits[1] /= sharpness  # row 1 never confident
         entropy = torch.distributions.Categorical(logits=logits).entropy()
         expected = by_logits(argmax, logits)
-        assert torch.equal(by_entropy.stop_from_entropy(argmax, entropy), expected)
+        stop, history = by_entropy.rule(argmax, entropy, by_entropy.history(argmax))  # as the fused step calls it
+        by_entropy.adopt(history, by_entropy.recorded(stop, by_entropy.record(stop.device)))
+        assert torch.equal(stop, expected)
         stops.append(expected.tolist())
     assert by_entropy.canvases == by_logits.canvases
     assert any(any(s) for s in stops) and not any(s[1] for s in stops)

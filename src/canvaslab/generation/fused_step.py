@@ -257,10 +257,9 @@ class FusedStep:
         if self._canvas is None or not all(a is b for a, b in zip(self._canvas.key, canvas_key)):
             temperatures = _temperatures(logits_processor, range(int(cur_step), 0, -1))
             steps = 0 if temperatures is None else int(cur_step)  # the fallback step draws its own
-            self._canvas = _Canvas(
-                key=canvas_key,
-                seeds=_to_device(self.randomness.seed_table(("sample", "renoise"), steps), device),
-                temperatures=None if temperatures is None else _to_device(torch.tensor(temperatures, dtype=torch.float32), device))
+            seeds = self.randomness.seed_table(("sample", "renoise"), steps)
+            self._canvas = _Canvas(key=canvas_key, seeds=_to_device(seeds, device), temperatures=None if temperatures
+                                   is None else _to_device(torch.tensor(temperatures, dtype=torch.float32), device))
         return self._canvas
 
     @staticmethod

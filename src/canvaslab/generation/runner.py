@@ -104,13 +104,6 @@ class _StopRecorder(StableAndConfidentStoppingCriteria):
         self._records[-1] = self.recorded(stop, self.record(stop.device))
         return stop
 
-    def stop_from_entropy(self, argmax_canvas: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
-        """The same rule given the per-position entropy of the processed logits (the fused step's): stable
-        (the argmax canvas unchanged over ``stability_threshold`` passes) and confident (mean entropy)."""
-        stop, history = self.rule(argmax_canvas, entropy, self.history(argmax_canvas))
-        self.adopt(history, self.recorded(stop, self.record(stop.device)))
-        return stop
-
     def history(self, argmax_canvas: torch.Tensor) -> torch.Tensor | None:
         """The canvas's argmax history (None when stability is not asked for), created at its first pass."""
         if self.stability_threshold and self.argmax_canvas_history is None:
@@ -119,7 +112,9 @@ class _StopRecorder(StableAndConfidentStoppingCriteria):
         return self.argmax_canvas_history
 
     def rule(self, argmax_canvas, entropy, history) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(stop, the next history): a pure function of its inputs, so a CUDA graph can hold it."""
+        """(stop, the next history): the stock rule given the per-position entropy of the processed logits (the
+        fused step's): stable (the argmax canvas unchanged over ``stability_threshold`` passes) and confident
+        (mean entropy). A pure function of its inputs, so a CUDA graph can hold it."""
         if history is None:
             stable = torch.ones(argmax_canvas.shape[0], device=argmax_canvas.device, dtype=torch.bool)
         else:

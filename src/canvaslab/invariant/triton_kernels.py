@@ -448,15 +448,21 @@ PHILOX_KEY = tl.constexpr(0x5EED)  # the rows' streams differ by their counters 
 
 
 @triton.jit
-def _uniforms4(seeds, counter):
-    """Four U[0, 1) from one Philox call at (counter, row seed): a function of the row's seed and the counter
-    alone. One call gives 128 random bits; using all four words quarters the integer work per token, which
-    (not memory) bounded the vocabulary pass."""
+def _philox_words(seeds, counter):
+    """Four random uint32 words from one Philox call at (counter, row seed): a function of the int64 row seed
+    and the counter alone (the rows' streams differ by their seeds)."""
     seeds = seeds.to(tl.uint64, bitcast=True)
     zeros = counter.to(tl.uint32) * 0
     seed_lo = (seeds & 0xFFFFFFFF).to(tl.uint32) + zeros
     seed_hi = (seeds >> 32).to(tl.uint32) + zeros
-    b0, b1, b2, b3 = tl.philox(PHILOX_KEY, counter.to(tl.uint32), seed_lo, seed_hi, zeros)
+    return tl.philox(PHILOX_KEY, counter.to(tl.uint32), seed_lo, seed_hi, zeros)
+
+
+@triton.jit
+def _uniforms4(seeds, counter):
+    """Four U[0, 1) from one Philox call at (counter, row seed). One call gives 128 random bits; using all four
+    words quarters the integer work per token, which (not memory) bounded the vocabulary pass."""
+    b0, b1, b2, b3 = _philox_words(seeds, counter)
     return (tl.uint_to_uniform_float(b0), tl.uint_to_uniform_float(b1), tl.uint_to_uniform_float(b2),
             tl.uint_to_uniform_float(b3))
 
@@ -604,10 +610,7 @@ def _uniform_tokens_kernel(seeds_ptr, out_ptr, L, V, BLOCK: tl.constexpr):
     # 32-bit multiply-shift (bias below V / 2^32 per token, the order of torch.randint's modulo).
     row = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    seed = tl.load(seeds_ptr + row).to(tl.uint64, bitcast=True)
-    zeros = offs.to(tl.uint32) * 0
-    b0, _, _, _ = tl.philox(PHILOX_KEY, offs.to(tl.uint32), (seed & 0xFFFFFFFF).to(tl.uint32) + zeros,
-                            (seed >> 32).to(tl.uint32) + zeros, zeros)
+    b0, _, _, _ = _philox_words(tl.load(seeds_ptr + row), offs)
     tokens = (b0.to(tl.uint64) * V) >> 32
     tl.store(out_ptr + row.to(tl.int64) * L + offs, tokens.to(tl.int64), mask=offs < L)
 
