@@ -27,8 +27,8 @@ At most two vocabulary-sized bfloat16 tensors per row are alive (the previous se
 and the new lm_head output), plus the softmax of ``SIGNAL_CANVASES`` canvases while the decoder starts. Every vocabulary
 reduction runs in one program per position, in an order fixed by the vocabulary size, so a row's result
 does not depend on its batch. The draw and the entropy are computed differently from transformers' (other
-rounding, another random stream; so does the renoising's stream): invariant mode's outputs are its own, proven invariant across batch
-sizes and positions by the same studies as before.
+rounding, another random stream; the renoising has its own stream too): invariant mode's outputs are its own,
+proven invariant across batch sizes and positions by the same studies as before.
 
 Observers still see every ``accept_canvas`` decision: ``logits`` is then the temperature-scaled logits
 in bfloat16 (what the next pass receives) and ``entropy`` the kernel's.
