@@ -10,14 +10,14 @@ from typing import Optional
 
 import typer
 
-from canvaslab.cli.app import app
+from canvaslab.cli.app import CanvaslabTyper, app
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import check_names
 from canvaslab.terminal import printable
 from canvaslab.training.recipe import SHIPPED
 from canvaslab.training.tasks import AnswerStyle, check_data, parse_shares
 
-mini_app = typer.Typer(help="the trained miniature DiffusionGemma: prepare data, train, evaluate", no_args_is_help=True)
+mini_app = CanvaslabTyper(help="the trained miniature DiffusionGemma: prepare data, train, evaluate", no_args_is_help=True)
 app.add_typer(mini_app, name="mini")
 
 
@@ -138,7 +138,7 @@ def train(
                                 "tasks.MIXTURE's; all are then scaled to sum to 1); '' for tasks.MIXTURE's own"),
     tokenizer_dir: Optional[Path] = typer.Option(None, "--tokenizer", help="a tokenizer folder (`canvaslab mini "
                                                  "tokenizer`) instead of the shipped one; the vocabulary is its size"),
-    logit_adjustment: bool = typer.Option(False, "--logit-adjustment", help="the loss reads the logits plus the log "
+    logit_adjustment: bool = typer.Option(False, "--logit-adjustment/--no-logit-adjustment", help="the loss reads the logits plus the log "
                                           "of its weights, which then no longer bias the predictions (docs/mini-model.md)"),
     prose_answers: Optional[Path] = typer.Option(None, "--prose-answers", help="train both models on a teacher's prose "
                                                  "answers (`canvaslab mini distill`) instead of the passages' own"),

@@ -34,8 +34,8 @@ def order_metrics_command(
     bootstrap: options.Bootstrap = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap (same seed, same CIs).",
                                       callback=options.whole_number(0, options.MAX_SEED))] = 0,
-    parquet: Annotated[bool, typer.Option("--parquet", help=f"also write DIR/{PARQUET_NAME}")] = False,
-    wide: Annotated[bool, typer.Option("--wide", help="one table (wider than 80 columns) instead of two")] = False,
+    parquet: Annotated[bool, typer.Option("--parquet/--no-parquet", help=f"also write DIR/{PARQUET_NAME}")] = False,
+    wide: Annotated[bool, typer.Option("--wide/--no-wide", help="one table (wider than 80 columns) instead of two")] = False,
     baseline: Annotated[Optional[Path], typer.Option(
         "--baseline", help="local autoregressive transformers checkpoint, or mini (its shipped AR sibling): its "
         "accuracy on the traces' probes")] = None,

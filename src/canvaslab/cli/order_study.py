@@ -46,7 +46,7 @@ def order_study(
     baseline: Annotated[Optional[Path], typer.Option(
         "--baseline", help="local autoregressive transformers checkpoint, or mini (its shipped AR sibling): "
         "accuracy to compare")] = None,
-    parquet: Annotated[bool, typer.Option("--parquet", help="also write DIR/traces.parquet")] = False,
+    parquet: Annotated[bool, typer.Option("--parquet/--no-parquet", help="also write DIR/traces.parquet")] = False,
     mode: options.Mode = "stock",
     rng: options.Rng = "row",
     steps: options.Steps = None,
@@ -56,7 +56,7 @@ def order_study(
     layers: options.Layers = None,
     model_seed: options.ModelSeed = 0,
     bootstrap: options.Bootstrap = 1000,
-    wide: Annotated[bool, typer.Option("--wide", help="one table (wider than 80 columns) instead of two")] = False,
+    wide: Annotated[bool, typer.Option("--wide/--no-wide", help="one table (wider than 80 columns) instead of two")] = False,
     executor: options.Executor = "local",
     ray_address: options.RayAddress = None,
     workers: options.Workers = None,
