@@ -18,6 +18,7 @@ from canvaslab.api.models import GeneratedRow, Generation, generate, load_model
 from canvaslab.api.plans import BatchSizeStudy, CommitOrderStudy, NoiseStudy, OpScan
 from canvaslab.api.results import Outcome, Results, open_results
 from canvaslab.errors import CanvaslabError
+from canvaslab.extras import require
 
 __all__ = ["BatchSizeStudy", "CommitOrderStudy", "GeneratedRow", "Generation", "NoiseStudy", "OpScan", "Outcome", "Results",
            "STUDIES", "export", "generate", "load_model", "open_results", "report"]
@@ -27,6 +28,7 @@ def report(folders: Sequence[Union[str, Path]], out: Optional[Union[str, Path]] 
     """One self-contained ``report.html`` (default: in the first folder) and its figures from study folders, a
     section per study, a column per folder (``canvaslab report``). Returns what was written (``html``,
     ``figures``, ``studies``, ``size_bytes``)."""
+    require("report", "canvaslab report")
     from canvaslab.api.registry import report_sections
     from canvaslab.api.results import as_path
     from canvaslab.reports.html import build_report
@@ -49,6 +51,7 @@ def export(folder: Union[str, Path], out: Optional[Union[str, Path]] = None, for
     from canvaslab.studies.engine.export import export_parquet
 
     choices.one_of("--format", format, choices.EXPORT_FORMATS)
+    require("analysis", "canvaslab export")
     folder = as_path(folder)
     if not folder.is_dir():
         what = "is a file, not a folder" if folder.exists() else "no such folder"

@@ -13,6 +13,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from canvaslab import __version__
 from canvaslab.errors import CanvaslabError
+from canvaslab.extras import missing_extra
 from canvaslab.terminal import printable
 
 USAGE_EXIT = 2
@@ -76,6 +77,12 @@ class CanvaslabGroup(TyperGroup):
         except CanvaslabError as error:
             print_error(str(error))
             raise typer.Exit(error.exit_code) from None
+        except ImportError as error:
+            refusal = missing_extra(error)
+            if refusal is None:
+                raise
+            print_error(str(refusal))
+            raise typer.Exit(refusal.exit_code) from None
         except KeyboardInterrupt:
             Console(stderr=True).print("interrupted: a study keeps what it finished; rerun the same command to resume")
             raise typer.Exit(INTERRUPTED_EXIT) from None

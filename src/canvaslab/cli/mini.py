@@ -12,6 +12,7 @@ import typer
 
 from canvaslab.cli.app import CanvaslabTyper, app
 from canvaslab.errors import CanvaslabError
+from canvaslab.extras import require
 from canvaslab.io import check_names
 from canvaslab.terminal import printable
 from canvaslab.training.recipe import SHIPPED
@@ -149,6 +150,7 @@ def train(
     """Train `mini` and its autoregressive sibling on the same examples, then evaluate both on held-out prompts.
 
     The defaults are the shipped `mini`'s recipe (training.recipe.SHIPPED); it was trained with `--compile leaves`."""
+    require("report", "canvaslab mini train")  # its model card's loss curve: matplotlib, at the end
     from canvaslab.models.loading import resolve_device
     from canvaslab.training.card import write_card
     from canvaslab.training.loop import TrainSettings
@@ -190,6 +192,7 @@ def card(
                                            "sibling, on the same examples for the same steps"),
 ) -> None:
     """Write the run's MODEL_CARD.md and loss.png again from its files (with a sibling trained apart)."""
+    require("report", "canvaslab mini card")
     from canvaslab.training.card import write_card
 
     for folder in (run, sibling):

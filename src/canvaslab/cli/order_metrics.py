@@ -18,6 +18,7 @@ from canvaslab.cli.app import app
 from canvaslab.choices import SUITES
 from canvaslab.cli.order_study import add_baseline, checked_baseline
 from canvaslab.errors import CanvaslabError
+from canvaslab.extras import require
 from canvaslab.terminal import printable
 
 RESULT_NAME = "order_metrics.json"
@@ -62,6 +63,7 @@ def order_metrics_command(
         given = next(name for name, value in baseline_settings.items() if value is not None)
         raise CanvaslabError(f"--{given.replace('_', '-')} sets how --baseline runs: give --baseline too")
     baseline_path = checked_baseline(baseline)  # before the measures: a typo costs nothing
+    require("analysis", "canvaslab order-metrics")
     # Imported here: scipy and scikit-learn take ~1 s, which every other canvaslab command would pay.
     from rich.console import Console
 
