@@ -43,12 +43,14 @@ def report(folders: Sequence[Union[str, Path]], out: Optional[Union[str, Path]] 
 
 
 def export(folder: Union[str, Path], out: Optional[Union[str, Path]] = None, format: str = "parquet") -> Path:
-    """A study folder's stored units as one Parquet file (default ``FOLDER/records.parquet``; ``canvaslab
-    export``): the rows of ``open_results(folder).to_arrow()``."""
+    """A study folder's stored units as one typed table (``canvaslab export``): the rows of
+    ``open_results(folder).to_arrow()``, nested fields as Arrow structs and lists. ``format``: ``parquet``
+    (default ``FOLDER/records.parquet``) or ``csv`` (``FOLDER/records.csv``; structs split into one column per
+    field, lists as JSON text)."""
     from canvaslab import choices
     from canvaslab.api.results import as_path
     from canvaslab.api.registry import units_of_plan_in
-    from canvaslab.studies.engine.export import export_parquet
+    from canvaslab.studies.engine.export import export_table
 
     choices.one_of("--format", format, choices.EXPORT_FORMATS)
     require("analysis", "canvaslab export")
@@ -58,8 +60,8 @@ def export(folder: Union[str, Path], out: Optional[Union[str, Path]] = None, for
         raise CanvaslabError(f"{folder}: {what}; give a folder a study wrote (its --out)")
     if not (folder / "store" / "plan.json").is_file():
         raise CanvaslabError(_no_store(folder))
-    out = choices.writable_file("--out", folder / "records.parquet" if out is None else out, (".parquet",))
-    return export_parquet(folder, out, units_of_plan_in(folder))
+    out = choices.writable_file("--out", folder / f"records.{format}" if out is None else out, (f".{format}",))
+    return export_table(folder, out, format, units_of_plan_in(folder))
 
 
 def _no_store(folder: Path) -> str:
