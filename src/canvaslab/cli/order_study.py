@@ -26,7 +26,19 @@ def _regimes(ctx, param, value):
     return value
 
 
-@app.command("order-study")
+# --help leads with a run of minutes: the defaults are the full design (600 generations).
+HELP = "\n\n".join([
+    "In what order does the sampler commit canvas positions, per regime, and does confidence predict correctness?",
+    "A first run, a few minutes on 2 CPU cores (30 generations of the random-weight tiny, no dataset package):",
+    "\b\n  canvaslab order-study --regimes factual,json --prompts-per-regime 5 \\\n"
+    "      --seeds 3 --steps 4 --out runs/order-small",
+    "With only --out it runs the full design: 6 regimes x 20 prompts x 5 seeds = 600 generations, on tiny's random "
+    "weights unless --model says otherwise (hours on a CPU, and text that is never right). For answers that can be "
+    "right: --model mini --suite mini, or a checkpoint on a GPU.",
+])
+
+
+@app.command("order-study", help=HELP)
 def order_study(
     model: options.Model = "tiny",
     regimes: Annotated[str, typer.Option("--regimes", help=f"comma-separated, from: {', '.join(REGIMES)}",
