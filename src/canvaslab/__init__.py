@@ -30,7 +30,7 @@ from canvaslab.api import (
 )
 from canvaslab.errors import CanvaslabError
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["BatchSizeStudy", "CanvaslabError", "CommitOrderStudy", "Generation", "NoiseStudy", "OpScan", "Outcome",
            "Results", "STUDIES", "__version__", "batch_invariant", "export", "generate", "load_model",

@@ -33,7 +33,7 @@ SCAN_MODES = (*MODES, "both")  # the op scan's --mode: both = stock and invarian
 FILLS = ("copies", "mixed")  # what shares the studied row's batch
 REPEAT_CONTROLS = ("fresh-process", "same-process")  # where the B=1 repeat runs
 EXECUTORS = ("local", "ray")
-EXPORT_FORMATS = ("parquet",)
+EXPORT_FORMATS = ("parquet", "csv")
 
 # The commit-order study's probe regimes, the splits of each regime and the suites that hold them.
 REGIMES = ("math", "code_completion", "code_synthesis", "factual", "open_ended", "json")

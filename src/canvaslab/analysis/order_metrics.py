@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.stats import kendalltau
-from sklearn.metrics import roc_auc_score
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.capture.commit_trace import GenerationTrace, read_traces, record_problem
@@ -169,6 +167,8 @@ def _tau_b(
         return None, x_constant
     if np.all(y == y[0]):
         return None, y_constant
+    from scipy.stats import kendalltau  # the analysis extra, imported where it is used
+
     statistic = kendalltau(x, y, variant="b").statistic
     if not np.isfinite(statistic):
         return None, "tau_b is not finite"
@@ -416,6 +416,8 @@ def bootstrap_auroc_ci(
     problem = _ci_problem(weights, prompt_ids)
     if problem:
         return None, problem, 0
+    from sklearn.metrics import roc_auc_score  # the analysis extra, imported where it is used
+
     aurocs = []
     for row in weights:
         if row[labels].sum() == 0 or row[~labels].sum() == 0:
@@ -492,6 +494,8 @@ def auroc(labels: np.ndarray, scores: np.ndarray) -> tuple[float | None, str | N
         return None, "no scored generation with committed content"
     if labels.all() or not labels.any():
         return None, f"only one class (all {'correct' if labels.all() else 'incorrect'})"
+    from sklearn.metrics import roc_auc_score  # the analysis extra, imported where it is used
+
     return float(roc_auc_score(labels, scores)), None
 
 

@@ -18,6 +18,7 @@ from canvaslab.api.models import GeneratedRow, Generation, generate, load_model
 from canvaslab.api.plans import BatchSizeStudy, CommitOrderStudy, NoiseStudy, OpScan
 from canvaslab.api.results import Outcome, Results, open_results
 from canvaslab.errors import CanvaslabError
+from canvaslab.extras import require
 
 __all__ = ["BatchSizeStudy", "CommitOrderStudy", "GeneratedRow", "Generation", "NoiseStudy", "OpScan", "Outcome", "Results",
            "STUDIES", "export", "generate", "load_model", "open_results", "report"]
@@ -27,6 +28,7 @@ def report(folders: Sequence[Union[str, Path]], out: Optional[Union[str, Path]] 
     """One self-contained ``report.html`` (default: in the first folder) and its figures from study folders, a
     section per study, a column per folder (``canvaslab report``). Returns what was written (``html``,
     ``figures``, ``studies``, ``size_bytes``)."""
+    require("report", "canvaslab report")
     from canvaslab.api.registry import report_sections
     from canvaslab.api.results import as_path
     from canvaslab.reports.html import build_report
@@ -41,22 +43,25 @@ def report(folders: Sequence[Union[str, Path]], out: Optional[Union[str, Path]] 
 
 
 def export(folder: Union[str, Path], out: Optional[Union[str, Path]] = None, format: str = "parquet") -> Path:
-    """A study folder's stored units as one Parquet file (default ``FOLDER/records.parquet``; ``canvaslab
-    export``): the rows of ``open_results(folder).to_arrow()``."""
+    """A study folder's stored units as one typed table (``canvaslab export``): the rows of
+    ``open_results(folder).to_arrow()``, nested fields as Arrow structs and lists. ``format``: ``parquet``
+    (default ``FOLDER/records.parquet``) or ``csv`` (``FOLDER/records.csv``; structs split into one column per
+    field, lists as JSON text)."""
     from canvaslab import choices
     from canvaslab.api.results import as_path
     from canvaslab.api.registry import units_of_plan_in
-    from canvaslab.studies.engine.export import export_parquet
+    from canvaslab.studies.engine.export import export_table
 
     choices.one_of("--format", format, choices.EXPORT_FORMATS)
+    require("analysis", "canvaslab export")
     folder = as_path(folder)
     if not folder.is_dir():
         what = "is a file, not a folder" if folder.exists() else "no such folder"
         raise CanvaslabError(f"{folder}: {what}; give a folder a study wrote (its --out)")
     if not (folder / "store" / "plan.json").is_file():
         raise CanvaslabError(_no_store(folder))
-    out = choices.writable_file("--out", folder / "records.parquet" if out is None else out, (".parquet",))
-    return export_parquet(folder, out, units_of_plan_in(folder))
+    out = choices.writable_file("--out", folder / f"records.{format}" if out is None else out, (f".{format}",))
+    return export_table(folder, out, format, units_of_plan_in(folder))
 
 
 def _no_store(folder: Path) -> str:

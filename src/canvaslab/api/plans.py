@@ -20,6 +20,7 @@ from canvaslab import choices
 from canvaslab.api.models import check_model_options, model_record
 from canvaslab.api.results import Results
 from canvaslab.errors import CanvaslabError
+from canvaslab.extras import require
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is running)
 Folder = Union[str, Path]
@@ -221,6 +222,7 @@ class CommitOrderStudy(_Plan):
     bootstrap: int = 1000
 
     def __post_init__(self) -> None:
+        require("analysis", "the commit-order study")  # its measures: scipy's tau, scikit-learn's AUROC
         check_model_options(self.model, self.dtype, self.layers, self.model_seed, self.steps, self.max_new_tokens,
                             device=self.device)
         choices.one_of("--suite", self.suite, choices.SUITES)
@@ -305,6 +307,7 @@ class NoiseStudy(_Plan):
     limit: Optional[int] = None
 
     def __post_init__(self) -> None:
+        require("analysis", "the unused-token study")  # its equivalence test and power: scipy
         check_model_options(self.model, self.dtype, self.layers, self.model_seed, device=self.device)
         choices.one_of("--design", self.design, choices.NOISE_DESIGNS)
         if self.margin is not None:
@@ -349,6 +352,7 @@ class NoiseStudy(_Plan):
         choices.optional_whole_number("--limit", limit, 1)
         choices.engine_options(executor, ray_address, workers, retries)
         choices.existing_writable_folder("DIRECTORY", folder)
+        require("analysis", "the unused-token study")
         from canvaslab.studies.unused_tokens.noise_study import run_noise_study
 
         report = run_noise_study(Path(folder), device=device, dtype=dtype, batch_size=batch_size, mode=mode,

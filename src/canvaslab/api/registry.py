@@ -21,10 +21,6 @@ from typing import Any, Callable
 
 from canvaslab.api.plans import BatchSizeStudy, CommitOrderStudy, NoiseStudy, OpScan
 from canvaslab.errors import CanvaslabError
-from canvaslab.reports.html.batch_panel import batch_column
-from canvaslab.reports.html.noise_panel import noise_column
-from canvaslab.reports.html.op_scan_panel import op_scan_column
-from canvaslab.reports.html.order_panel import order_column
 from canvaslab.reports.html.page import Section
 from canvaslab.reports.readers import batch_study, noise_study, op_scan, order_metrics
 
@@ -46,6 +42,17 @@ class StudyType:
         """The unit ids of the plan registered in ``folder`` (``Study.units_of_plan``)."""
         module, name = self.engine_study.split(":")
         return getattr(importlib.import_module(module), name).units_of_plan(plan, folder)
+
+
+def _imported_on_call(target: str) -> Callable:
+    """The function ``module:name``, imported at its first call: the report's panels draw with matplotlib (the
+    report extra), which a study run does without."""
+    module, name = target.split(":")
+
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    return call
 
 
 def _batch_tables(summary, wide):
@@ -77,23 +84,27 @@ STUDIES: dict[str, StudyType] = {study.name: study for study in (
               "Does a row's generation depend on what shares its batch?", batch_study,
               Section(batch_study, "batch", "Batch-size study", "Row 0 alone (B=1) against row 0 inside batches of "
                       "other sizes, compared byte for byte, module by module and pass by pass.",
-                      batch_column), _batch_tables, "canvaslab.studies.batch_size.study:BatchSizeStudy"),
+                      _imported_on_call("canvaslab.reports.html.batch_panel:batch_column")),
+              _batch_tables, "canvaslab.studies.batch_size.study:BatchSizeStudy"),
     StudyType("commit_order", "order-study", CommitOrderStudy, order_metrics.FILE, "generations",
               "In what order does the sampler commit canvas positions, and does its confidence predict "
               "correctness?", order_metrics,
               Section(order_metrics, "order", "Commit-order study", "In what order the sampler commits canvas "
                       "positions, per regime, and whether its confidence predicts correctness.",
-                      order_column), _order_tables, "canvaslab.studies.commit_order.study:OrderStudy"),
+                      _imported_on_call("canvaslab.reports.html.order_panel:order_column")),
+              _order_tables, "canvaslab.studies.commit_order.study:OrderStudy"),
     StudyType("unused_tokens", "noise-study", NoiseStudy, noise_study.FILE, "conditions",
               "Do unused tokens in the starting noise act as hidden mask symbols?", noise_study,
               Section(noise_study, "noise", "Unused-token study", "Do <unusedN> tokens in the starting noise act as "
                       "hidden mask symbols? A pre-registered equivalence test against ordinary control tokens.",
-                      noise_column), _noise_tables, "canvaslab.studies.unused_tokens.noise_study:NoiseStudy"),
+                      _imported_on_call("canvaslab.reports.html.noise_panel:noise_column")),
+              _noise_tables, "canvaslab.studies.unused_tokens.noise_study:NoiseStudy"),
     StudyType("op_scan", "op-scan", OpScan, op_scan.FILE, "ops",
               "Which of a model's batch-sensitive ops give B=1's bits at other batch sizes, on this machine?",
               op_scan,
               Section(op_scan, "ops", "Op scan", "Each batch-sensitive op at the model's real shapes over a grid of "
-                      "batch sizes: which batch sizes agree with B=1 bit for bit.", op_scan_column),
+                      "batch sizes: which batch sizes agree with B=1 bit for bit.",
+                      _imported_on_call("canvaslab.reports.html.op_scan_panel:op_scan_column")),
               _op_scan_tables, "canvaslab.studies.op_scan:OpScanStudy"),
 )}
 

@@ -13,6 +13,7 @@ from typing import Any, Optional, Union
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import check_names
+from canvaslab.extras import require
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Results:
         """The stored units as a ``pyarrow.Table``: the rows ``canvaslab export`` writes (one per finished unit:
         ``study``, ``plan_sha256``, ``unit``, ``failed``, each record field as ``record.NAME``, ``worker``,
         ``record``)."""
+        require("analysis", "Results.to_arrow")
         from canvaslab.api.registry import units_of_plan_in
         from canvaslab.studies.engine.export import store_table
 
@@ -72,6 +74,7 @@ class Results:
 
     def to_pandas(self):
         """``to_arrow()`` as a ``pandas.DataFrame``."""
+        require("analysis", "Results.to_pandas")
         return self.to_arrow().to_pandas()
 
     def _folder(self) -> Path:

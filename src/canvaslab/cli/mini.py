@@ -11,14 +11,15 @@ from typing import Optional
 import typer
 
 from canvaslab.cli import options
-from canvaslab.cli.app import app
+from canvaslab.cli.app import CanvaslabTyper, app
 from canvaslab.errors import CanvaslabError
+from canvaslab.extras import require
 from canvaslab.io import check_names
 from canvaslab.terminal import printable
 from canvaslab.training.recipe import SHIPPED
 from canvaslab.training.tasks import AnswerStyle, check_data, parse_shares
 
-mini_app = typer.Typer(help="the trained miniature DiffusionGemma: prepare data, train, evaluate", no_args_is_help=True)
+mini_app = CanvaslabTyper(help="the trained miniature DiffusionGemma: prepare data, train, evaluate", no_args_is_help=True)
 app.add_typer(mini_app, name="mini")
 
 
@@ -140,7 +141,7 @@ def train(
                                 "tasks.MIXTURE's; all are then scaled to sum to 1); '' for tasks.MIXTURE's own"),
     tokenizer_dir: Optional[Path] = typer.Option(None, "--tokenizer", help="a tokenizer folder (`canvaslab mini "
                                                  "tokenizer`) instead of the shipped one; the vocabulary is its size"),
-    logit_adjustment: bool = typer.Option(False, "--logit-adjustment", help="the loss reads the logits plus the log "
+    logit_adjustment: bool = typer.Option(False, "--logit-adjustment/--no-logit-adjustment", help="the loss reads the logits plus the log "
                                           "of its weights, which then no longer bias the predictions (docs/mini-model.md)"),
     prose_answers: Optional[Path] = typer.Option(None, "--prose-answers", help="train both models on a teacher's prose "
                                                  "answers (`canvaslab mini distill`) instead of the passages' own"),
@@ -151,6 +152,7 @@ def train(
     """Train `mini` and its autoregressive sibling on the same examples, then evaluate both on held-out prompts.
 
     The defaults are the shipped `mini`'s recipe (training.recipe.SHIPPED); it was trained with `--compile leaves`."""
+    require("report", "canvaslab mini train")  # its model card's loss curve: matplotlib, at the end
     from canvaslab.models.loading import resolve_device
     from canvaslab.training.card import write_card
     from canvaslab.training.loop import TrainSettings
@@ -192,6 +194,7 @@ def card(
                                            "sibling, on the same examples for the same steps"),
 ) -> None:
     """Write the run's MODEL_CARD.md and loss.png again from its files (with a sibling trained apart)."""
+    require("report", "canvaslab mini card")
     from canvaslab.training.card import write_card
 
     for folder in (run, sibling):

@@ -12,9 +12,9 @@ from typing import Annotated, Optional
 import typer
 
 from canvaslab.cli import options
-from canvaslab.cli.app import app
+from canvaslab.cli.app import CanvaslabTyper, app
 
-noise_app = typer.Typer(help="The unused-token noise study: register a plan, then run it.", no_args_is_help=True)
+noise_app = CanvaslabTyper(help="The unused-token noise study: register a plan, then run it.", no_args_is_help=True)
 app.add_typer(noise_app, name="noise-study")
 
 from canvaslab.choices import NOISE_BATCH_SIZE, SUITES
@@ -82,7 +82,7 @@ def run_command(
     ray_address: options.RayAddress = None,
     workers: options.Workers = None,
     retries: options.Retries = 0,
-    fresh: Annotated[bool, typer.Option("--fresh", help="start the registered plan over: the folder's results are "
+    fresh: Annotated[bool, typer.Option("--fresh/--no-fresh", help="start the registered plan over: the folder's results are "
                                                         "kept under a new name (DIR.1, ...), the plan copied back")] = False,
 ) -> None:
     """Run (or resume) a registered plan; stores every condition (DIR/store), writes noise_study.json, prints the effects."""

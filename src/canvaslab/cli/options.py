@@ -170,7 +170,7 @@ Workers = Annotated[Optional[int], typer.Option("--workers", help="Ray workers (
                                                 callback=whole_number(1, MAX_BATCH))]
 Retries = Annotated[int, typer.Option("--retries", help="times a failed unit is retried before it is recorded "
                                                         "as failed", callback=whole_number(0, 100))]
-Fresh = Annotated[bool, typer.Option("--fresh", help="start over: the folder's old study is kept under a new name "
+Fresh = Annotated[bool, typer.Option("--fresh/--no-fresh", help="start over: the folder's old study is kept under a new name "
                                                      "(DIR.1, ...)")]
 
 

@@ -18,6 +18,7 @@ from canvaslab.cli.app import app
 from canvaslab.choices import SUITES
 from canvaslab.cli.order_study import add_baseline, checked_baseline
 from canvaslab.errors import CanvaslabError
+from canvaslab.extras import require
 from canvaslab.terminal import printable
 
 RESULT_NAME = "order_metrics.json"
@@ -34,8 +35,8 @@ def order_metrics_command(
     bootstrap: options.Bootstrap = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap (same seed, same CIs).",
                                       callback=options.whole_number(0, options.MAX_SEED))] = 0,
-    parquet: Annotated[bool, typer.Option("--parquet", help=f"also write DIR/{PARQUET_NAME}")] = False,
-    wide: Annotated[bool, typer.Option("--wide", help="one table (wider than 80 columns) instead of two")] = False,
+    parquet: Annotated[bool, typer.Option("--parquet/--no-parquet", help=f"also write DIR/{PARQUET_NAME}")] = False,
+    wide: Annotated[bool, typer.Option("--wide/--no-wide", help="one table (wider than 80 columns) instead of two")] = False,
     baseline: Annotated[Optional[Path], typer.Option(
         "--baseline", help="local autoregressive transformers checkpoint, or mini (its shipped AR sibling): its "
         "accuracy on the traces' probes", callback=options.path)] = None,
@@ -62,6 +63,7 @@ def order_metrics_command(
         given = next(name for name, value in baseline_settings.items() if value is not None)
         raise CanvaslabError(f"--{given.replace('_', '-')} sets how --baseline runs: give --baseline too")
     baseline_path = checked_baseline(baseline)  # before the measures: a typo costs nothing
+    require("analysis", "canvaslab order-metrics")
     # Imported here: scipy and scikit-learn take ~1 s, which every other canvaslab command would pay.
     from rich.console import Console
 

@@ -26,7 +26,19 @@ def _regimes(ctx, param, value):
     return value
 
 
-@app.command("order-study")
+# --help leads with a run of minutes: the defaults are the full design (600 generations).
+HELP = "\n\n".join([
+    "In what order does the sampler commit canvas positions, per regime, and does confidence predict correctness?",
+    "A first run, a few minutes on 2 CPU cores (30 generations of the random-weight tiny, no dataset package):",
+    "\b\n  canvaslab order-study --regimes factual,json --prompts-per-regime 5 \\\n"
+    "      --seeds 3 --steps 4 --out runs/order-small",
+    "With only --out it runs the full design: 6 regimes x 20 prompts x 5 seeds = 600 generations, on tiny's random "
+    "weights unless --model says otherwise (hours on a CPU, and text that is never right). For answers that can be "
+    "right: --model mini --suite mini, or a checkpoint on a GPU.",
+])
+
+
+@app.command("order-study", help=HELP)
 def order_study(
     model: options.Model = "tiny",
     regimes: Annotated[str, typer.Option("--regimes", help=f"comma-separated, from: {', '.join(REGIMES)}",
@@ -46,7 +58,7 @@ def order_study(
     baseline: Annotated[Optional[Path], typer.Option(
         "--baseline", help="local autoregressive transformers checkpoint, or mini (its shipped AR sibling): "
         "accuracy to compare", callback=options.path)] = None,
-    parquet: Annotated[bool, typer.Option("--parquet", help="also write DIR/traces.parquet")] = False,
+    parquet: Annotated[bool, typer.Option("--parquet/--no-parquet", help="also write DIR/traces.parquet")] = False,
     mode: options.Mode = "stock",
     rng: options.Rng = "row",
     steps: options.Steps = None,
@@ -56,7 +68,7 @@ def order_study(
     layers: options.Layers = None,
     model_seed: options.ModelSeed = 0,
     bootstrap: options.Bootstrap = 1000,
-    wide: Annotated[bool, typer.Option("--wide", help="one table (wider than 80 columns) instead of two")] = False,
+    wide: Annotated[bool, typer.Option("--wide/--no-wide", help="one table (wider than 80 columns) instead of two")] = False,
     executor: options.Executor = "local",
     ray_address: options.RayAddress = None,
     workers: options.Workers = None,

@@ -3,7 +3,9 @@
 On a terminal: rich's bar on stderr, gone when the command ends. Otherwise (a log file, a pipe, CI) a bar
 would print nothing useful, so plain lines go to stderr: one when the work starts, one when a unit finishes
 (at most one per ``min_gap`` seconds, and always the last), and a heartbeat every ``heartbeat`` seconds
-while a long unit runs, so a log never sits silent for minutes. Every study calls
+while a long unit runs, so a log never sits silent for minutes. Where the total is known, each line and the bar
+say about how long is left, at the pace of the units finished so far in this run (units a resumed study skips
+do not count). Every study calls
 ``progress(done, total, doing)``, ``doing`` naming the unit now running, or a later phase of other units
 (``Phased``: the commit-order study's ``baseline``, counted in probes). ``doing`` may hold a prompt id or
 other text from outside: it is shown with its control characters escaped and never read as markup.
@@ -17,7 +19,7 @@ import time
 from typing import Callable, Optional, TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from canvaslab.terminal import printable
 
@@ -36,6 +38,8 @@ class PlainProgress:
         self.min_gap, self.heartbeat, self.clock = min_gap, heartbeat, clock
         self.done, self.total, self.doing = 0, None, ""
         self.started = self.last_line = clock()
+        self.pace_from: Optional[tuple[int, float]] = None  # (done, time) of the first report: the ETA's start
+        self.last_finished = self.started
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker: Optional[threading.Thread] = None
@@ -57,6 +61,10 @@ class PlainProgress:
             finished_one = done != self.done
             self.done, self.total, self.doing = done, total, doing
             now = self.clock()
+            if self.pace_from is None:
+                self.pace_from = (done, now)
+            if finished_one:
+                self.last_finished = now
             if finished_one and (now - self.last_line >= self.min_gap or done == total):
                 self._print()
 
@@ -75,7 +83,22 @@ class PlainProgress:
         if self.total is None:
             return f"{self.description}: started, {elapsed}"
         text = f"{self.description}: {self.done}/{self.total} {self.unit} finished, {elapsed}"
+        left = self.seconds_left()
+        if left is not None:
+            text += f", about {_clock_text(left)} left"
         return text + (f"; running {printable(self.doing)}" if self.doing and self.done != self.total else "")
+
+    def seconds_left(self) -> Optional[float]:
+        """The units left times the mean time of a unit finished in this run, less the time the current one has
+        already run; None before one finished or once all did."""
+        if self.total is None or self.pace_from is None or self.done >= self.total:
+            return None
+        first_done, first_time = self.pace_from
+        finished = self.done - first_done
+        if finished <= 0:
+            return None
+        per_unit = (self.last_finished - first_time) / finished
+        return max(0.0, per_unit * (self.total - self.done) - (self.clock() - self.last_finished))
 
     def _print(self) -> None:
         print(self.line(), file=self.stream, flush=True)
@@ -89,6 +112,7 @@ class BarProgress:
         self.description = description
         self.bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
                             TextColumn(f"{{task.completed}}/{{task.total}} {unit}"), TimeElapsedColumn(),
+                            TextColumn("left"), TimeRemainingColumn(),
                             console=console, transient=True)
         self.task = None
 

@@ -10,6 +10,7 @@ from canvaslab import choices
 from canvaslab.cli import options
 from canvaslab.cli.app import app
 from canvaslab.errors import CanvaslabError
+from canvaslab.extras import require
 
 
 def _host(ctx, param, value):
@@ -43,6 +44,7 @@ def serve(
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions) with dynamic
     batching; in invariant mode an answer is the same bytes whatever else is in flight."""
+    require("serve", "canvaslab serve")
     from rich.console import Console
 
     from canvaslab.serving import bound_socket

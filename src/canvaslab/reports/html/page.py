@@ -21,7 +21,6 @@ from typing import Callable, Sequence
 from canvaslab.choices import writable_file
 from canvaslab.errors import CanvaslabError, RunFailed
 from canvaslab.io import UnreadableFile, check_names, check_real_folders, disk_full, write_text_atomic
-from canvaslab.reports.html import figures
 from canvaslab.reports.html.markup import esc, section
 
 REPORT_FILE = "report.html"
@@ -165,6 +164,8 @@ def build_report(folders: Sequence[Path], out: Path | None, sections: Sequence[S
 
 
 def _write_report(folders: list[Path], out: Path, sections: Sequence[Section], read: dict) -> Report:
+    from canvaslab.reports.html import figures  # matplotlib: the report extra
+
     figs = figures.FigureSet(_figures_folder(out), below=out.parent)
     labels = folder_labels(folders)
     datasets, parts, nav, studies = [], [], [], {}

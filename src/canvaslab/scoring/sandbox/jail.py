@@ -317,7 +317,7 @@ def _find_isolation() -> Isolation:
         bpf = seccomp.bpf_program()
     except seccomp.FilterUnavailable as error:
         raise SandboxUnavailable(f"code scoring refused: no system-call filter ({error}; "
-                                 "apt-get install libseccomp2, pip install pyseccomp)") from None
+                                 "apt-get install libseccomp2, pip install 'canvaslab[sandbox]')") from None
     usage = _tool_output([bwrap, "--help"])
     version = _tool_output([bwrap, "--version"]).strip()
     missing = [flag for flag in ("--disable-userns", "--info-fd", "--seccomp") if flag not in usage]

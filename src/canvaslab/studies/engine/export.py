@@ -1,9 +1,13 @@
-"""Export a study's store as one Parquet table, for pandas, DuckDB, Polars or an experiment tracker.
+"""Export a study's store as one typed table (Parquet or CSV), for pandas, DuckDB, Polars or a tracker.
 
 One row per finished unit: ``study``, ``plan_sha256``, ``unit``, then every top-level field of its record
-as a column (scalars as they are; lists and objects as JSON text, so every column has one type whatever a
-study records), ``worker`` (where it ran, JSON) and ``record`` (the whole record, JSON). Failed units are
-listed with their error in ``failed`` and no record.
+as a column of its own Arrow type (numbers and texts as they are, lists as lists, objects as structs:
+``record.runs`` is a list of structs), ``worker`` (where it ran, a struct) and ``record`` (the whole record as
+JSON text, the exact round trip). Failed units are listed with their error in ``failed`` and no record.
+
+A field whose values no one Arrow type holds across the rows (a list of numbers in one record and of texts in
+another) is written as JSON text rather than refused. CSV has no nesting: structs become one column per field
+(``worker.host``) and lists JSON text.
 """
 
 from __future__ import annotations
@@ -14,14 +18,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from canvaslab.choices import EXPORT_FORMATS as FORMATS
+from canvaslab.choices import one_of
 from canvaslab.errors import CanvaslabError, RunFailed
 from canvaslab.io import atomic_writer, check_names, disk_full
 from canvaslab.studies.engine.plan import registered_plan, sha256_of
 from canvaslab.studies.engine.store import Store
-
-
-def _cell(value: Any) -> Any:
-    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
 
 
 UnitsOfPlan = Callable[[dict[str, Any], Path], list[str]]
@@ -55,6 +56,10 @@ def _kind(value: Any) -> str | None:
         return "number"
     if isinstance(value, str):
         return "text" if _encodable(value) else "a lone surrogate"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "object"
     return type(value).__name__
 
 
@@ -72,16 +77,15 @@ def _odd_rows(rows: list[dict[str, Any]]) -> set[int]:
     odd: set[int] = set()
     for column in dict.fromkeys(key for row in rows for key in row if key.startswith("record.")):
         kinds = [_kind(row.get(column)) for row in rows]
-        usual = Counter(k for k in kinds if k in ("bool", "number", "text")).most_common(1)
+        usual = Counter(k for k in kinds if k in ("bool", "number", "text", "list", "object")).most_common(1)
         odd |= {i for i, kind in enumerate(kinds) if kind is not None and (not usual or kind != usual[0][0])}
     return odd
 
 
 def _row(study: str, digest: str, unit: str, stored: dict[str, Any]) -> dict[str, Any]:
-    fields = {f"record.{key}": _cell(value) for key, value in stored["record"].items()}
+    fields = {f"record.{key}": value for key, value in stored["record"].items()}
     return {"study": study, "plan_sha256": digest, "unit": unit, "failed": None, **fields,
-            "worker": json.dumps(stored["worker"], sort_keys=True),
-            "record": json.dumps(stored["record"], sort_keys=True)}
+            "worker": stored["worker"], "record": json.dumps(stored["record"], sort_keys=True)}
 
 
 def store_rows(folder: Path, units_of: UnitsOfPlan | None = None) -> list[dict[str, Any]]:
@@ -126,18 +130,65 @@ def store_table(folder: str | Path, units_of: UnitsOfPlan | None = None):
 
     rows = store_rows(Path(folder), units_of)
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    return pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
+    return pa.table({column: _typed_column([row.get(column) for row in rows]) for column in columns})
 
 
-def export_parquet(folder: str | Path, path: str | Path, units_of: UnitsOfPlan | None = None) -> Path:
-    """Write ``folder``'s store to ``path`` (atomically, ``canvaslab.io.atomic_writer``)."""
-    import pyarrow.parquet as pq
+def _typed_column(values: list[Any]):
+    """``values`` as one Arrow array of the type pyarrow infers (structs, lists); JSON text where no one type
+    holds them all, or where the type is one Parquet cannot store (an object with no fields)."""
+    import pyarrow as pa
 
+    try:
+        array = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        array = None
+    if array is None or not _storable(array.type):
+        array = pa.array([None if value is None else json.dumps(value, sort_keys=True) for value in values],
+                         pa.string())
+    return array
+
+
+def _storable(kind) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_struct(kind):
+        return kind.num_fields > 0 and all(_storable(field.type) for field in kind)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _storable(kind.value_type)
+    return True
+
+
+def flat_table(table):
+    """``table`` for CSV: struct columns split into one column per field (``worker.host``), lists as JSON text."""
+    import pyarrow as pa
+
+    while any(pa.types.is_struct(field.type) for field in table.schema):
+        table = table.flatten()
+    columns = {}
+    for name, column in zip(table.column_names, table.columns):
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            column = pa.array([None if value is None else json.dumps(value, sort_keys=True)
+                               for value in column.to_pylist()], pa.string())
+        columns[name] = column
+    return pa.table(columns)
+
+
+def export_table(folder: str | Path, path: str | Path, format: str = "parquet",
+                 units_of: UnitsOfPlan | None = None) -> Path:
+    """Write ``folder``'s store to ``path`` as ``format`` (parquet or csv), atomically
+    (``canvaslab.io.atomic_writer``)."""
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    one_of("--format", format, FORMATS)
     path = check_names(path, "--out")
     table = store_table(folder, units_of)
     try:
         with atomic_writer(path, binary=True) as handle:
-            pq.write_table(table, handle)
+            if format == "csv":
+                pyarrow.csv.write_csv(flat_table(table), handle)
+            else:
+                pyarrow.parquet.write_table(table, handle)
     except OSError as error:
         if not disk_full(error):
             raise
