@@ -148,7 +148,7 @@ CASES = {
     "export no store": (["export", "folder"], "folder holds no study store"),
     "export missing folder": (["export", "nope"], "nope: no such folder"),
     "export a file": (["export", "afile"], "afile: is a file, not a folder"),
-    "export --format csv": (["export", "folder", "--format", "csv"], "--format", "parquet"),
+    "export --format xlsx": (["export", "folder", "--format", "xlsx"], "--format", "parquet"),
     # order-metrics
     "order-metrics missing traces": (["order-metrics", "nope.jsonl", "--out", "o"], "TRACES nope.jsonl", "no such file"),
     "order-metrics traces folder": (["order-metrics", "folder", "--out", "o"], "TRACES folder", "folder"),
