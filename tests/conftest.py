@@ -15,8 +15,14 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from canvaslab.models import load_model  # noqa: E402
+from suite_guard import SuiteGuard  # noqa: E402
 
 SHORT = {"max_denoising_steps": 4}
+
+
+def pytest_configure(config):
+    # a suite that stops early (an internal error, an interrupt, -x) says so in its last line
+    config.pluginmanager.register(SuiteGuard(), "canvaslab-suite-guard")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -28,3 +28,14 @@ def test_an_error_line_escapes_what_it_quotes(capsys):
     print_error("prompt id '\x1b]52;c;aGk=\x07' is bad")
     err = capsys.readouterr().err
     assert "\x1b]52" not in err and "\\x1b]52;c;aGk=\\x07" in err
+
+
+def test_bytes_that_were_not_utf8_are_escaped_not_a_crash(capsys):
+    import os
+
+    from canvaslab.cli.app import print_error
+
+    text = os.fsdecode(b"caf\xe9")  # how the system hands over an argument that is not UTF-8
+    assert printable(text) == "caf\\udce9"
+    print_error(f"--prompt {text}")
+    assert "caf\\udce9" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.io import check_names
 
 MAX_SEED = 2**63 - 1  # seeds are stored in int64 tensors and JSON; larger ones are not portable
 MAX_BATCH = 4096
@@ -80,6 +81,29 @@ def positive_number(option: str, value):
     return value
 
 
+DEVICES = ("auto", "cpu", "cuda", "cuda:N")  # auto: cuda where torch sees one, else cpu
+
+
+def device(option: str, value) -> str:
+    """``value`` if it names a device canvaslab runs on: cpu, cuda, cuda:N (a GPU's index) or auto. Others torch
+    knows (meta, mps, xla...) hold no weights canvaslab can generate with, or are untested: refused here."""
+    if not isinstance(value, str) or re.fullmatch(r"auto|cpu|cuda(:\d{1,4})?", value) is None:
+        raise CanvaslabError(f"{option} {value!r}: must be {', '.join(DEVICES[:-1])} or {DEVICES[-1]} "
+                             "(N: the GPU's index)")
+    return value
+
+
+def unicode_text(option: str, value: str) -> str:
+    """``value`` if it is Unicode text; one line where it holds a lone surrogate: bytes that were not UTF-8 (an
+    argument the system decoded with ``surrogateescape``), which no tokenizer encodes and no file can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise CanvaslabError(f"{option}: character {error.start + 1} is not Unicode text (a byte that is not "
+                             "UTF-8?); give UTF-8 text") from None
+    return value
+
+
 def batch_sizes(value) -> list[int]:
     """``"1,2,3,4"`` or ``(1, 2, 3, 4)`` -> ``[1, 2, 3, 4]``, sorted; B=1 is always included, as the reference."""
     if isinstance(value, str):
@@ -142,16 +166,15 @@ def engine_options(executor: str, ray_address: Optional[str], workers: Optional[
 
 # ---- paths --------------------------------------------------------------------------------------------
 
-NAME_MAX = 255  # bytes in one path component (Linux, macOS)
+def checked_path(option: str, value: Union[str, os.PathLike]) -> Path:
+    """``value`` as a path, or one line refusing it where the system could neither create nor open it (a name
+    over 255 bytes, a whole path over 4,095): the one check every path a user gives passes first."""
+    if not isinstance(value, (str, os.PathLike)) or isinstance(value, bytes):
+        raise CanvaslabError(f"{option} {value!r}: give a path as a text")
+    return check_names(value, option)
 
 
-def _path(option: str, value: Union[str, os.PathLike]) -> Path:
-    path = Path(value)
-    long = [part for part in path.parts if len(os.fsencode(part)) > NAME_MAX]
-    if long:
-        raise CanvaslabError(f"{option} {str(path)[:80]}...: a path component is {len(os.fsencode(long[0]))} bytes; "
-                             f"file systems allow {NAME_MAX}")
-    return path
+_path = checked_path
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -72,10 +72,15 @@ def _shown_name(name: bytes) -> str:
 
 def check_names(path: str | Path, what: str | None = None) -> Path:
     """``path``, or one line refusing it when one of its names is over ``NAME_MAX`` bytes or the whole path
-    over ``PATH_MAX`` (the system's limits: such a path can be neither created nor opened)."""
+    over ``PATH_MAX`` (the system's limits: such a path can be neither created nor opened), or when it holds a
+    character no file name can."""
     path = Path(path)
     label = f"{what}: " if what else ""
-    raw = os.fsencode(path)
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError as error:  # a lone surrogate no file system name decodes to
+        raise CanvaslabError(f"{label}the path has a character ({error.object[error.start]!r}) no file name can "
+                             "hold") from None
     for name in raw.split(b"/"):
         if len(name) > NAME_MAX:
             raise CanvaslabError(f"{label}the name {_shown_name(name)!r} is {len(name)} bytes long; a file or folder "

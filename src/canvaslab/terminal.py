@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 
 # C0 controls (tab and newline included: one value stays on one line), DEL, C1 controls, and the Unicode
-# bidirectional controls that reorder what is displayed.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# bidirectional controls that reorder what is displayed; and lone surrogates (bytes that were not UTF-8, decoded
+# with ``surrogateescape``), which no terminal encoding can write.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(match: re.Match) -> str:

@@ -84,3 +84,86 @@ def test_impossible_studied_row(capsys, monkeypatch, argv, expected):
     # the command imports load_model when it runs: patched where it is looked up
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("work started before the check"))
     assert expected in _fails(capsys, "batch-study", *argv)
+
+
+# ---- files and arguments from elsewhere ------------------------------------------------------------------
+
+def _preset_config(tmp_path, name: str, **text_config) -> str:
+    from canvaslab.models.presets import PRESETS
+
+    config = PRESETS["tiny"].build_config(None).to_dict()
+    config["text_config"].update(text_config)
+    path = tmp_path / name
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+@pytest.mark.parametrize("command", [["generate", "--prompt", "hi"], ["serve"]])
+def test_a_config_nested_100000_deep_is_one_line(capsys, tmp_path, command):
+    deep = tmp_path / "config.json"
+    deep.write_text('{"model_type": "diffusion_gemma", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert "nests arrays and objects more than 100 deep" in _fails(capsys, *command, "--model", str(deep))
+
+
+@pytest.mark.parametrize("field, value", [("vocab_size", -5), ("hidden_size", 0), ("num_attention_heads", 2.5),
+                                          ("vocab_size", True)])
+def test_a_config_with_an_impossible_size_is_one_line(capsys, tmp_path, field, value):
+    config = _preset_config(tmp_path, "config.json", **{field: value})
+    assert f"text_config.{field} is {value!r}; it must be a whole number of at least 1" in _fails(
+        capsys, "generate", "--prompt", "hi", "--model", config)
+
+
+def test_a_layer_of_impossible_size_is_one_line(capsys, tmp_path):
+    config = _preset_config(tmp_path, "config.json", per_layer_config={"1": {"head_dim": -32}})
+    assert "text_config.per_layer_config.1.head_dim is -32" in _fails(
+        capsys, "generate", "--prompt", "hi", "--model", config)
+
+
+def test_a_prompt_that_is_not_utf8_is_one_line(capsys, monkeypatch):
+    import os
+
+    import canvaslab.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("work started before the check"))
+    prompt = os.fsdecode(b"caf\xe9 \xff")  # how the system passes an argument that is not UTF-8
+    assert "--prompt: character 4 is not Unicode text" in _fails(capsys, "generate", "--prompt", prompt)
+
+
+@pytest.mark.parametrize("device", ["meta", "CPU", "mps", "cuda:x"])
+def test_a_device_canvaslab_does_not_run_on_is_refused_at_parse_time(capsys, monkeypatch, device):
+    import canvaslab.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("work started before the check"))
+    assert f"--device {device!r}: must be auto, cpu, cuda or cuda:N" in _fails(
+        capsys, "generate", "--prompt", "hi", "--device", device)
+
+
+def test_a_name_too_long_for_the_system_reaching_it_unchecked_is_one_line(capsys, tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from canvaslab.cli.app import CanvaslabGroup
+
+    probe = typer.Typer(cls=CanvaslabGroup)
+
+    @probe.command()
+    def read(path: str) -> None:
+        open(path).close()
+
+    @probe.command()
+    def other() -> None:
+        pass
+
+    result = CliRunner().invoke(probe, ["read", str(tmp_path / ("a" * 256))])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "a name in this path is over 255 bytes" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_an_error_line_is_cut_to_a_bounded_length(capsys):
+    from canvaslab.cli.app import print_error
+    from canvaslab.errors import LINE_LIMIT
+
+    print_error("start " + "x" * 10_000_000 + "\n" * 3 + " the fix")
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("error: start ") and err.rstrip().endswith("the fix")
+    assert len(err) <= LINE_LIMIT + len("error: \n")

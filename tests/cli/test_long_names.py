@@ -66,6 +66,13 @@ def test_a_path_component_over_255_bytes_is_one_line_for_every_option(tmp_path, 
         ["export", "study", "--out", f"{name}.parquet"],
         ["mini", "train", "--out", name],
         ["mini", "passages", "--corpus", "c", "--out", f"{name}.txt"],
+        ["vocab-scan", "--tokenizer", "tiny", "--corpus", f"{name}.txt"],
+        ["vocab-scan", "--tokenizer", name],
+        ["generate", "--model", name, "--prompt", "hi"],
+        ["generate", "--model", f"{name}/config.json", "--prompt", "hi"],
+        ["serve", "--model", name],
+        ["export", name],
+        ["export", f"study/{name}"],
     ]
     for argv in cases:
         assert "255" in _one_line(capsys, argv), argv

@@ -197,3 +197,27 @@ def test_element_wise_ops_give_a_row_the_same_bits_whatever_the_tensor_around_it
     finally:
         torch.set_num_threads(previous)
     assert torch.equal(together, alone)
+
+
+@pytest.mark.parametrize("device", ["CPU", "Cuda", "meta", "mps", "cpu ", "", 0, torch.device("meta")])
+def test_an_unknown_device_is_refused_by_the_call_before_anything_is_installed(device):
+    """Entering the block and installing nothing would run stock ops where the code believes them invariant."""
+    from canvaslab.errors import CanvaslabError
+
+    with pytest.raises(CanvaslabError, match=r"batch_invariant\(.*\): give \"cuda\""):
+        batch_invariant(device)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu:0", torch.device("cpu")])
+def test_the_cpu_side_is_named_as_torch_names_it(device):
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    with batch_invariant(device):
+        assert type(_get_current_dispatch_mode()).__name__ == "BatchInvariantMode"
+
+
+def test_a_cuda_device_of_any_index_is_the_cuda_side():
+    from canvaslab.invariant.ops import installed_sides
+
+    assert installed_sides("cuda:1") == installed_sides(torch.device("cuda", 0)) == installed_sides("cuda") == ("cuda",)
+    assert installed_sides(None) == ("cuda", "cpu")

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from canvaslab.cli.main import main
-from canvaslab.errors import CanvaslabError
+from canvaslab.errors import LINE_LIMIT, CanvaslabError
 from canvaslab.models import PRESETS, load_model
 from canvaslab.models import registry
 from canvaslab.models.mini import mini_tokenizer_folder
@@ -195,6 +195,10 @@ BROKEN = {
     "missing": (_preset_source("/no/such/folder"), "its folder /no/such/folder does not exist"),
     "keys": (_preset_source("/no/such/folder", extra=', "baseine": "x"'), "has unknown keys baseine"),
     "kind": (_preset_source("/no/such/folder", kind="encoder"), "its kind 'encoder' is not one of"),
+    "exits": ("import sys\ndef preset():\n    sys.exit(0)\n", "called sys.exit(0)"),
+    "base": ("def preset():\n    raise BaseException('gone')\n", "raised BaseException (gone)"),
+    "huge": ("def preset():\n    raise RuntimeError('x' * 10_000_000 + '\\n' * 5)\n", "raised RuntimeError (xxx"),
+    "long": (_preset_source("/" + "a" * 300), "its folder is unusable: the name 'aaa"),
 }
 
 
@@ -209,8 +213,32 @@ def test_a_broken_package_is_one_line_naming_its_distribution(case, tmp_path, mo
     message = str(error.value)
     assert message.startswith(f"model 'broken-{case}' from broken-{case} 0.1 is broken: ") and problem in message
     assert message.endswith(f"reinstall or uninstall broken-{case}") and len(message.splitlines()) == 1
+    assert len(message) <= LINE_LIMIT
     assert registry.installed_models()[f"broken-{case}"] == f"broken-{case} 0.1"  # listed without loading
     assert message in _one_line_exit_2(capsys, ["generate", "--model", f"broken-{case}", "--prompt", "hi"])
+
+
+ENDINGS = {"exit": ("sys.exit(0)", "called sys.exit(0)"), "message": ("sys.exit('done')", "called sys.exit('done')"),
+           "generator": ("raise GeneratorExit", "raised GeneratorExit")}
+
+
+@pytest.mark.parametrize("command", [["batch-study"], ["serve"], ["generate", "--prompt", "hi"]])
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_an_entry_point_that_ends_the_process_cannot_end_a_command_as_a_success(tmp_path, monkeypatch, capsys,
+                                                                                 command, ending):
+    code, said = ENDINGS[ending]
+    module = f"quitter_{ending}_{command[0].replace('-', '_')}"  # a module of its own: imported modules are cached
+    fake_distribution(tmp_path, monkeypatch, distribution="quitter", entries={"quitter": f"{module}:preset"},
+                      module=module, source=f"import sys\ndef preset():\n    {code}\n")
+    err = _one_line_exit_2(capsys, [*command, "--model", "quitter"])
+    assert err.startswith(f"error: model 'quitter' from quitter 0.1 is broken: its entry point {module}:preset {said}")
+
+
+def test_ctrl_c_in_an_entry_point_stays_the_user_s(tmp_path, monkeypatch):
+    fake_distribution(tmp_path, monkeypatch, distribution="slow", entries={"slow": "slow_model:preset"},
+                      module="slow_model", source="def preset():\n    raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        registry.model_package("slow")
 
 
 def test_a_causal_model_is_not_a_model_to_study(capsys):

@@ -17,7 +17,8 @@ from canvaslab.errors import CanvaslabError
 
 
 def check_model_options(model: str, dtype: str, layers: Optional[int], model_seed: int,
-                        steps: Optional[int] = None, max_new_tokens: Optional[int] = None) -> None:
+                        steps: Optional[int] = None, max_new_tokens: Optional[int] = None, *,
+                        device: str = "cpu") -> None:
     """``--model`` and its companions, checked as the command line checks them (no torch import): an installed
     model's name is looked up in its package's entry point, so one that is not installed is one line."""
     if not isinstance(model, str) or not model.strip():
@@ -26,7 +27,9 @@ def check_model_options(model: str, dtype: str, layers: Optional[int], model_see
     if model not in choices.PRESET_NAMES:
         from canvaslab.models.registry import find_diffusion_model
 
+        choices.checked_path("--model", model)
         find_diffusion_model(model)
+    choices.device("--device", device)
     choices.one_of("--dtype", dtype, choices.DTYPES)
     choices.optional_whole_number("--layers", layers, 1)
     choices.whole_number("--model-seed", model_seed, 0, choices.MAX_SEED)
@@ -50,7 +53,7 @@ def load_model(model: str = "tiny", *, dtype: str = "auto", device: str = "cpu",
     """A ready model and tokenizer (``LoadedModel``): a preset (``tiny``, ``real-shapes``: random weights), an
     installed model (``mini``), a local checkpoint folder, or a ``config.json`` (random weights)."""
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
-    check_model_options(model, dtype, layers, model_seed)
+    check_model_options(model, dtype, layers, model_seed, device=device)
     from canvaslab.models import load_model as load
 
     return load(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
@@ -109,6 +112,8 @@ def generate(prompts: Union[str, Sequence[str]], model: Any = "tiny", *, mode: s
     prompts = (prompts,) if isinstance(prompts, str) else tuple(prompts)
     if not prompts or any(not isinstance(text, str) or not text.strip() for text in prompts):
         raise CanvaslabError("--prompt must not be empty")
+    for text in prompts:
+        choices.unicode_text("--prompt", text)
     choices.one_of("--mode", mode, choices.MODES)
     choices.one_of("--rng", rng, choices.RNGS)
     choices.whole_number("--seed", seed, 0, choices.MAX_SEED)
@@ -117,7 +122,7 @@ def generate(prompts: Union[str, Sequence[str]], model: Any = "tiny", *, mode: s
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, model_seed=model_seed) \
-        if isinstance(model, str) else model
+        if isinstance(model, str) else _loaded(model)
     from canvaslab.generation import generate as generate_rows
     from canvaslab.scoring.prompting import encode_prompt
 
@@ -126,6 +131,16 @@ def generate(prompts: Union[str, Sequence[str]], model: Any = "tiny", *, mode: s
                            generation={"max_denoising_steps": steps, "max_new_tokens": max_new_tokens})
     rows = tuple(_generated_row(text, row) for text, row in zip(prompts, output.rows))
     return Generation(rows, dict(output.settings))
+
+
+def _loaded(model: Any):
+    """``model`` if it is a model ``load_model`` returned, else one line saying what ``model`` takes."""
+    from canvaslab.models import LoadedModel
+
+    if not isinstance(model, LoadedModel):
+        raise CanvaslabError(f"--model {model!r}: give a preset, an installed model, a checkpoint folder, a "
+                             "config.json, or a model canvaslab.load_model returned")
+    return model
 
 
 def _generated_row(prompt: str, row: Any) -> GeneratedRow:

@@ -109,7 +109,8 @@ class BatchSizeStudy(_Plan):
     repeat_control: str = "fresh-process"
 
     def __post_init__(self) -> None:
-        check_model_options(self.model, self.dtype, self.layers, self.model_seed, self.steps, self.max_new_tokens)
+        check_model_options(self.model, self.dtype, self.layers, self.model_seed, self.steps, self.max_new_tokens,
+                            device=self.device)
         _set(self, "batch_sizes", tuple(choices.batch_sizes(self.batch_sizes)))
         choices.one_of("--fill", self.fill, choices.FILLS)
         choices.whole_number("--row", self.row, 0)
@@ -175,7 +176,7 @@ class OpScan(_Plan):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_model_options(self.model, self.dtype, self.layers, self.model_seed)
+        check_model_options(self.model, self.dtype, self.layers, self.model_seed, device=self.device)
         choices.one_of("--mode", self.mode, choices.SCAN_MODES)
         _set(self, "batch_sizes", tuple(choices.batch_sizes(self.batch_sizes)))
         choices.whole_number("--seed", self.seed, 0, choices.MAX_SEED)
@@ -222,7 +223,8 @@ class CommitOrderStudy(_Plan):
 
     def __post_init__(self) -> None:
         require("analysis", "the commit-order study")  # its measures: scipy's tau, scikit-learn's AUROC
-        check_model_options(self.model, self.dtype, self.layers, self.model_seed, self.steps, self.max_new_tokens)
+        check_model_options(self.model, self.dtype, self.layers, self.model_seed, self.steps, self.max_new_tokens,
+                            device=self.device)
         choices.one_of("--suite", self.suite, choices.SUITES)
         _set(self, "regimes", choices.regimes(self.regimes, self.suite))
         choices.whole_number("--seeds", self.seeds, 1)
@@ -306,7 +308,7 @@ class NoiseStudy(_Plan):
 
     def __post_init__(self) -> None:
         require("analysis", "the unused-token study")  # its equivalence test and power: scipy
-        check_model_options(self.model, self.dtype, self.layers, self.model_seed)
+        check_model_options(self.model, self.dtype, self.layers, self.model_seed, device=self.device)
         choices.one_of("--design", self.design, choices.NOISE_DESIGNS)
         if self.margin is not None:
             choices.positive_number("--margin", self.margin)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.io import check_names
 from canvaslab.extras import require
 
 
@@ -85,7 +86,7 @@ class Results:
 def as_path(value, what: str = "a study folder") -> Path:
     """``value`` as a Path when it is a text or a path, else one line (None, a number or bytes are no folder)."""
     if isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):
-        return Path(value)
+        return check_names(value, what)
     raise CanvaslabError(f"{value!r}: give {what} as a text or a path")
 
 

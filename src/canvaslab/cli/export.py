@@ -20,7 +20,7 @@ from canvaslab.terminal import printable
 @app.command("export")
 def export(
     directory: Annotated[Path, typer.Argument(help="a study folder: the --out of batch-study, noise-study, op-scan "
-                                                   "or order-study (it holds store/)")],
+                                                   "or order-study (it holds store/)", callback=options.path)],
     format: Annotated[str, typer.Option("--format", help="parquet (typed: structs and lists) or csv (structs as one column per field, lists as "
                                                  "JSON text)", callback=options.one_of(FORMATS))] = "parquet",
     out: Annotated[Optional[Path], typer.Option("--out", help="the .parquet or .csv file to write "

@@ -12,6 +12,7 @@ import typer
 
 from canvaslab.cli import options
 from canvaslab.cli.app import app
+from canvaslab.choices import unicode_text
 from canvaslab.errors import CanvaslabError
 from canvaslab.terminal import printable
 
@@ -19,6 +20,8 @@ from canvaslab.terminal import printable
 def _non_empty(ctx, param, value):
     if any(not text.strip() for text in value):
         raise CanvaslabError(f"{options.option_name(param)} must not be empty")
+    for text in value:
+        unicode_text(options.option_name(param), text)
     return value
 
 

@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from canvaslab.cli import options
 from canvaslab.cli.app import CanvaslabTyper, app
 from canvaslab.errors import CanvaslabError
 from canvaslab.extras import require
@@ -64,7 +65,7 @@ def distill(
     out: Path = typer.Option(..., "--out", help="prose answers file to write (JSON), for `mini train --prose-answers`"),
     teacher: str = typer.Option("mini-ar", "--teacher", help="the autoregressive teacher: `mini-ar` (`mini`'s "
                                 "sibling, package canvaslab-mini-ar) or a checkpoint folder"),
-    device: str = typer.Option("cpu", "--device", help="cpu (float32) or cuda (bf16)"),
+    device: str = typer.Option("cpu", "--device", help="cpu (float32) or cuda (bf16)", callback=options.device),
     batch_size: int = typer.Option(64, "--batch-size", min=1, max=65536, help="prompts per generate call"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, max=1024, help="longest continuation, tokens"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="only the first N training passages (a trial)"),
@@ -128,7 +129,8 @@ def train(
     examples: int = typer.Option(SHIPPED.examples, "--examples", min=0,
                                  help="training examples drawn into the pool, in order (0: steps x batch size)"),
     seed: int = typer.Option(0, "--seed"),
-    device: str = typer.Option("cuda", "--device", help="cuda (bf16 autocast) or cpu (float32)"),
+    device: str = typer.Option("cuda", "--device", help="cuda (bf16 autocast) or cpu (float32)",
+                               callback=options.device),
     eval_per_task: int = typer.Option(100, "--eval-per-task", min=0, help="held-out prompts per task (0: skip)"),
     compile_parts: str = typer.Option("", "--compile", help="put parts under torch.compile: 'leaves' (norms, MLPs, "
                                       "routers: ~1.3x on an H200 after ~1.5 min) or 'layers' (~2.3x after ~5.5 min)"),

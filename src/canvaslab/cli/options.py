@@ -75,6 +75,14 @@ def prompts(ctx, param, value):
 
 # ---- paths -------------------------------------------------------------------------------------------
 
+def path(ctx, param, value):
+    """Any path (or a repeated option's paths) the system could open, kept as given: the check every other path
+    rule starts with, for paths a command reads in its own way (a tokenizer folder, a corpus, a study folder)."""
+    for item in value if isinstance(value, (list, tuple)) else () if value is None else (value,):
+        choices.checked_path(option_name(param), item)
+    return value
+
+
 def writable_folder(ctx, param, value):
     """An output folder: an existing folder or one that can be created, where files can be written."""
     return value if value is None else choices.writable_folder(option_name(param), value)
@@ -110,6 +118,7 @@ def model(ctx, param, value):
     if value is not None and value not in PRESET_NAMES:
         from canvaslab.models.registry import find_diffusion_model
 
+        choices.checked_path(option_name(param), value)  # a name or a path: either must be one the system can open
         find_diffusion_model(value)
     return value
 
@@ -121,7 +130,11 @@ Model = Annotated[str, typer.Option("--model", help="preset (tiny, real-shapes),
                                     callback=model)]
 Dtype = Annotated[str, typer.Option("--dtype", help=f"{', '.join(DTYPES)} (auto: the model's)",
                                     callback=one_of(DTYPES))]
-Device = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N or auto")]
+def device(ctx, param, value):
+    return value if value is None else choices.device(option_name(param), value)
+
+
+Device = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N or auto", callback=device)]
 Layers = Annotated[Optional[int], typer.Option("--layers", help="keep the first N decoder/encoder layers",
                                                callback=whole_number(1))]
 ModelSeed = Annotated[int, typer.Option("--model-seed", help="seed of the random weights (presets and config.json)",

@@ -39,7 +39,7 @@ def order_metrics_command(
     wide: Annotated[bool, typer.Option("--wide/--no-wide", help="one table (wider than 80 columns) instead of two")] = False,
     baseline: Annotated[Optional[Path], typer.Option(
         "--baseline", help="local autoregressive transformers checkpoint, or mini (its shipped AR sibling): its "
-        "accuracy on the traces' probes")] = None,
+        "accuracy on the traces' probes", callback=options.path)] = None,
     suite: Annotated[Optional[str], typer.Option(
         "--suite", help="with --baseline: the probe suite of the traces' probes (default: default)",
         callback=options.one_of(SUITES))] = None,
@@ -54,7 +54,7 @@ def order_metrics_command(
         "--dtype", help="with --baseline: its dtype (default auto: the checkpoint's)",
         callback=options.one_of(options.DTYPES))] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="with --baseline: cpu, cuda, cuda:N or auto "
-                                                  "(default cpu)")] = None,
+                                                  "(default cpu)", callback=options.device)] = None,
 ) -> None:
     """Commit order per regime: tau_b, block tau, control, batching, un-accepts, confidence vs correctness."""
     baseline_settings = {"suite": suite, "max_new_tokens": max_new_tokens, "batch_size": batch_size,

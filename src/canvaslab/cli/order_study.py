@@ -57,7 +57,7 @@ def order_study(
                                       callback=options.writable_folder)] = ...,
     baseline: Annotated[Optional[Path], typer.Option(
         "--baseline", help="local autoregressive transformers checkpoint, or mini (its shipped AR sibling): "
-        "accuracy to compare")] = None,
+        "accuracy to compare", callback=options.path)] = None,
     parquet: Annotated[bool, typer.Option("--parquet/--no-parquet", help="also write DIR/traces.parquet")] = False,
     mode: options.Mode = "stock",
     rng: options.Rng = "row",

@@ -27,16 +27,18 @@ def _check_corpus_files(paths: list[Path]) -> None:
 @app.command("vocab-scan")
 def vocab_scan(
     tokenizer: Annotated[str, typer.Option(
-        "--tokenizer", help=f"a preset ({', '.join(TOKENIZER_PRESET_NAMES)}) or a local tokenizer directory")],
-    corpus: Annotated[List[Path], typer.Option("--corpus", help="UTF-8 text file to scan (repeatable)")] = [],
+        "--tokenizer", help=f"a preset ({', '.join(TOKENIZER_PRESET_NAMES)}) or a local tokenizer directory",
+        callback=options.path)],
+    corpus: Annotated[List[Path], typer.Option("--corpus", help="UTF-8 text file to scan (repeatable)",
+                                               callback=options.path)] = [],
     canvas_length: Annotated[Optional[int], typer.Option(
         "--canvas-length", help="tokens per canvas (default: the canvas of the model the tokenizer belongs to: "
         "mini 128, tiny and real-shapes 256, a checkpoint folder's config.json; else DiffusionGemma's 256)",
         callback=options.whole_number(1))] = None,
     out: Annotated[Path, typer.Option("--out", help="folder for vocab_scan.json (+ token_counts.npy)",
                                       callback=options.writable_folder)] = Path("runs/vocab-scan"),
-    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir",
-                                                      help="canvaslab cache root, for the gemma3 preset")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="canvaslab cache root, for the gemma3 "
+                                                      "preset", callback=options.path)] = None,
 ) -> None:
     """Find the <unusedN> tokens, the expected count per random canvas, and (with --corpus) their frequency."""
     from rich.console import Console

@@ -34,6 +34,7 @@ from typing import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from canvaslab.errors import CanvaslabError
 from canvaslab.invariant import cpu, custom_ops
 
 aten = torch.ops.aten
@@ -436,17 +437,38 @@ def library_overrides(dispatch_key: str = "CUDA"):
         library._destroy()
 
 
-@contextlib.contextmanager
-def batch_invariant(device: str | None = None):
+def installed_sides(device: str | torch.device | None) -> tuple[str, ...]:
+    """Which installations ``batch_invariant(device)`` enters: ``("cuda", "cpu")`` for None, else the device's
+    type (``"cuda:1"`` and ``torch.device("cuda", 1)`` are ``"cuda"``: the overrides are process-wide). Any other
+    value is refused in one line: entering the block and installing nothing would run stock ops unnoticed."""
+    if device is None:
+        return ("cuda", "cpu")
+    try:
+        kind = torch.device(device).type if isinstance(device, (str, torch.device)) else None
+    except RuntimeError:
+        kind = None
+    if kind not in ("cuda", "cpu") or (isinstance(device, str) and device != device.strip()):
+        raise CanvaslabError(f"batch_invariant({device!r}): give \"cuda\" (or \"cuda:N\", a torch.device of type "
+                             "cuda), \"cpu\", or None for both")
+    return (kind,)
+
+
+def batch_invariant(device: str | torch.device | None = None) -> contextlib.AbstractContextManager:
     """Batch-invariant aten ops for the duration of the block (matmuls, softmax family, reductions, top-k).
 
-    ``device="cuda"`` installs only the CUDA overrides (the fast path for a GPU model: ops that are not
-    replaced never enter Python); ``"cpu"`` only the CPU dispatch mode; ``None`` both.
+    ``device="cuda"`` (or ``"cuda:N"``, a CUDA ``torch.device``) installs only the CUDA overrides (the fast path
+    for a GPU model: ops that are not replaced never enter Python); ``"cpu"`` only the CPU dispatch mode;
+    ``None`` both. Anything else is a ``CanvaslabError``, raised by the call, before anything is installed.
     """
+    return _installed(installed_sides(device))
+
+
+@contextlib.contextmanager
+def _installed(sides: tuple[str, ...]):
     with contextlib.ExitStack() as stack:
-        if device in (None, "cuda"):
+        if "cuda" in sides:
             stack.enter_context(library_overrides("CUDA"))
-        if device in (None, "cpu"):
+        if "cpu" in sides:
             stack.enter_context(BatchInvariantMode())
             stack.enter_context(cpu.one_thread())  # element-wise kernels split between threads by batch size
         yield

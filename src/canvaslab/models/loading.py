@@ -10,7 +10,6 @@ Every problem a user can cause ends in a one-line ``CanvaslabError``.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,8 @@ from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForB
 from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 
 from canvaslab import choices
-from canvaslab.errors import CanvaslabError
+from canvaslab.errors import CanvaslabError, one_line
+from canvaslab.io import MiB, read_json
 from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset, first_layer_types
 from canvaslab.models.registry import find_diffusion_model, installed_models
 from canvaslab.models.tokenizer import build_synthetic_tokenizer
@@ -77,24 +77,49 @@ def resolve_dtype(dtype: str, default: torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
+CONFIG_LIMIT = 16 * MiB  # a DiffusionGemma config.json is a few kB
+# The text model's sizes: each must be a whole number of at least 1 (transformers checks their types, not this).
+CONFIG_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "max_position_embeddings", "sliding_window", "num_experts",
+                "top_k_experts", "moe_intermediate_size")
+
+
 def _read_config(path: Path) -> DiffusionGemmaConfig:
+    """The DiffusionGemma config at ``path``, read with the bounds of any received file (size, nesting) and its
+    sizes checked: every way it can be unusable is one line, before a tensor is built from it."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise CanvaslabError(f"cannot read model config {path}: {error}") from None
+        raw = read_json(path, max_bytes=CONFIG_LIMIT, follow_links=True)
+    except OSError as error:
+        raise CanvaslabError(f"cannot read model config {path}: {error.strerror or error}") from None
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if model_type != DiffusionGemmaConfig.model_type:
         raise CanvaslabError(
             f"{path} has model_type {model_type!r}, not {DiffusionGemmaConfig.model_type!r}: "
             "canvaslab studies DiffusionGemma models only"
         )
+    _check_sizes(raw.get("text_config"), path)
     try:
         return DiffusionGemmaConfig.from_dict(raw)
     # transformers checks every field's type and range (huggingface_hub's strict dataclasses: their own error
     # class, TypeError or ValueError); any of them means the file is not a usable config
     except Exception as error:
-        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-        raise CanvaslabError(f"{path}: not a valid DiffusionGemma config: {' '.join(lines)[:300]}") from None
+        raise CanvaslabError(f"{path}: not a valid DiffusionGemma config: {one_line(error, 300)}") from None
+
+
+def _check_sizes(text_config: Any, path: Path) -> None:
+    """The text model's sizes, and each layer's own (``per_layer_config``), as the file gives them."""
+    if not isinstance(text_config, dict):
+        return  # transformers' defaults, or its own refusal
+    layers = text_config.get("per_layer_config")
+    scopes = {"text_config": text_config, **({f"text_config.per_layer_config.{key}": value
+                                                for key, value in layers.items() if isinstance(value, dict)}
+                                               if isinstance(layers, dict) else {})}
+    for scope, fields in scopes.items():
+        for name in CONFIG_SIZES:
+            value = fields.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise CanvaslabError(f"{path}: {scope}.{name} is {value!r}; it must be a whole number of at "
+                                     "least 1")
 
 
 def _random_model(config: DiffusionGemmaConfig, dtype: torch.dtype, device: torch.device, seed: int):
@@ -219,7 +244,7 @@ def load_model(
         loaded = _load_checkpoint(package.folder, dtype, torch_device, layers)
         loaded.source = {**loaded.source, "kind": "preset", "name": spec}
         return loaded
-    path = Path(spec).expanduser()
+    path = choices.checked_path("--model", spec).expanduser()
     if not path.exists():
         installed = ", ".join(installed_models()) or "none"
         raise CanvaslabError(f"model {spec!r} is neither a preset ({', '.join(PRESETS)}), an installed model "

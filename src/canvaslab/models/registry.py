@@ -32,7 +32,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from canvaslab.errors import CanvaslabError
+from canvaslab.errors import CanvaslabError, one_line
+from canvaslab.io import check_names
 
 ENTRY_POINT_GROUP = "canvaslab.models"
 KINDS = ("diffusion", "causal")
@@ -129,15 +130,10 @@ def _checked(name: str, entry_point: metadata.EntryPoint) -> ModelPackage:
     distribution = _distribution(entry_point)
 
     def broken(problem: str) -> CanvaslabError:
-        return CanvaslabError(f"model {name!r} from {distribution} is broken: {problem}; "
-                              f"reinstall or uninstall {distribution.split(' ')[0]}")
+        return CanvaslabError(one_line(f"model {name!r} from {distribution} is broken: {problem}; "
+                                       f"reinstall or uninstall {distribution.split(' ')[0]}"))
 
-    try:
-        described = entry_point.load()()
-    except Exception as error:  # noqa: BLE001 - any failure of third-party code is that package's, in one line
-        detail = str(error).strip().splitlines()
-        raise broken(f"its entry point {entry_point.value} raised {type(error).__name__}"
-                     + (f" ({detail[0]})" if detail else "")) from None
+    described = _described(entry_point, broken)
     if not isinstance(described, dict):
         raise broken(f"its entry point {entry_point.value} returned {type(described).__name__}, "
                      f"not a dict with {', '.join(REQUIRED_KEYS)}")
@@ -153,10 +149,30 @@ def _checked(name: str, entry_point: metadata.EntryPoint) -> ModelPackage:
     return ModelPackage(name, _checked_folder(described["folder"], broken), kind, description, baseline, distribution)
 
 
+def _described(entry_point: metadata.EntryPoint, broken) -> Any:
+    """What the entry point's function returns. Third-party code ends there in one line naming its package,
+    whatever it raises: an exception, ``sys.exit()`` (which would end canvaslab as if it had finished) or another
+    ``BaseException``. Only Ctrl-C is the user's, and goes on as such."""
+    try:
+        return entry_point.load()()
+    except KeyboardInterrupt:
+        raise
+    except SystemExit as error:
+        raise broken(f"its entry point {entry_point.value} called sys.exit({one_line(repr(error.code), 80)})") \
+            from None
+    except BaseException as error:  # noqa: BLE001 - any failure of third-party code is that package's, in one line
+        detail = one_line(error, 200)
+        raise broken(f"its entry point {entry_point.value} raised {type(error).__name__}"
+                     + (f" ({detail})" if detail else "")) from None
+
+
 def _checked_folder(folder: Any, broken) -> Path:
     if not isinstance(folder, (str, os.PathLike)):
         raise broken(f"its folder is a {type(folder).__name__}, not a path")
-    path = Path(folder)
+    try:
+        path = check_names(folder)
+    except CanvaslabError as error:
+        raise broken(f"its folder is unusable: {error}") from None
     if not path.is_dir():
         raise broken(f"its folder {path} does not exist")
     if not (path / "config.json").is_file():

@@ -19,6 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from canvaslab.capture.commit_trace import read_traces
+from canvaslab.choices import checked_path
 from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import read_json, write_json_atomic
@@ -36,7 +37,7 @@ def check_baseline_path(path: str | Path) -> Path:
 
     Where no such folder exists, an installed model's name means that model if it is a causal LM, and the
     baseline its package names if it is a diffusion model (``mini``: ``mini-ar``)."""
-    path = Path(path).expanduser()
+    path = checked_path("--baseline", path).expanduser()
     if not path.exists():
         package = find_model(str(path))
         if package is not None and package.kind == "causal":

@@ -137,11 +137,11 @@ def canvas_length_of(tokenizer_spec: str) -> CanvasLength:
 
 def _config_canvas(config: Path) -> int | None:
     """``canvas_length`` of a checkpoint's ``config.json``, or None where it has none."""
-    import json
+    from canvaslab.io import read_json
 
     try:
-        tokens = json.loads(config.read_text(encoding="utf-8")).get("canvas_length")
-    except (OSError, ValueError, AttributeError):
+        tokens = read_json(config, max_bytes=1 << 24, follow_links=True).get("canvas_length")
+    except (OSError, ValueError, AttributeError):  # read_json's refusals of a huge or deep file are ValueErrors
         return None
     return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else None
 
