@@ -131,3 +131,11 @@ def test_every_extra_named_is_one_pyproject_installs():
     base = " ".join(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
     for package in ("scipy", "scikit-learn", "matplotlib", "pyarrow", "pandas", "fastapi", "uvicorn", "pyseccomp"):
         assert package not in base
+
+
+def test_packages_are_named_as_pip_knows_them(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    with pytest.raises(CanvaslabError, match=r"\(scikit-learn not installed\)"):
+        require("analysis", "the test")
+    assert str(missing_extra(ModuleNotFoundError("x", name="prometheus_client"))).startswith(
+        "prometheus-client is not installed")

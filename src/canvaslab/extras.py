@@ -19,6 +19,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "serve": ("fastapi", "uvicorn", "prometheus_client"),
     "sandbox": ("pyseccomp",),
 }
+# What pip calls the packages whose import name differs.
+DISTRIBUTIONS = {"sklearn": "scikit-learn", "prometheus_client": "prometheus-client"}
 
 
 class MissingExtra(CanvaslabError):
@@ -38,7 +40,7 @@ def installed(module: str) -> bool:
 
 def require(extra: str, purpose: str) -> None:
     """Refuse ``purpose`` (e.g. "canvaslab serve") unless every package of ``extra`` can be imported."""
-    missing = [module for module in EXTRAS[extra] if not installed(module)]
+    missing = [DISTRIBUTIONS.get(module, module) for module in EXTRAS[extra] if not installed(module)]
     if missing:
         raise MissingExtra(f"{purpose} needs the {extra} extra ({', '.join(missing)} not installed): "
                            f"{install_line(extra)}")
@@ -50,4 +52,4 @@ def missing_extra(error: ImportError) -> MissingExtra | None:
     extra = next((extra for extra, modules in EXTRAS.items() if top in modules), None)
     if extra is None:
         return None
-    return MissingExtra(f"{top} is not installed; it comes with the {extra} extra: {install_line(extra)}")
+    return MissingExtra(f"{DISTRIBUTIONS.get(top, top)} is not installed; it comes with the {extra} extra: {install_line(extra)}")
