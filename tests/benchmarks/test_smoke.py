@@ -121,6 +121,15 @@ def smoke_throughput(tmp_path, request):
     assert all(row["steady_intervals"] == 2 and row["steady_pass_ms_per_row_step"] > 0 for row in rows)
 
 
+def smoke_load_memory(tmp_path, request):
+    built, loaded, checkpoint = tmp_path / "built.json", tmp_path / "loaded.json", tmp_path / "checkpoint"
+    python("load_memory.py", "--model", "tiny", "--device", "cpu", "--save", str(checkpoint), "--out", str(built))
+    python("load_memory.py", "--model", str(checkpoint), "--device", "cpu", "--out", str(loaded))
+    keys = ("load_s", "weights_gib", "host_peak_gib", "host_peak_rise_gib", "environment")
+    assert read(built, *keys, "save_s")["weights_gib"] > 0 and list(checkpoint.glob("*.safetensors"))
+    assert read(loaded, *keys)["largest_shard_gib"] > 0
+
+
 def smoke_needle(tmp_path, request):
     out = tmp_path / "needle.json"
     python("needle.py", "--model", "tiny", "--device", "cpu", "--batch-sizes", "2", "--filler-tokens", "8,16",
@@ -309,6 +318,7 @@ SMOKE = {
     "noise_wall_time.py": smoke_noise_wall_time,
     "throughput.py": smoke_throughput,
     "needle.py": smoke_needle,
+    "load_memory.py": smoke_load_memory,
     "tracer_overhead.py": smoke_tracer_overhead,
     "memory_probe.py": smoke_memory_probe,
     "sandbox_overhead.py": smoke_sandbox_overhead,
