@@ -162,14 +162,15 @@ def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int |
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(
             path, config=config, dtype=resolve_dtype(dtype, torch.bfloat16), local_files_only=True,
             device_map=_device_map(device),
-        ).eval()
+        ).to(device).eval()  # a no-op except on meta, which the device map does not take
     source = {"kind": "checkpoint", "path": str(path), "layers": config.text_config.num_hidden_layers,
               "weights": folder_fingerprint(path)}
     return LoadedModel(model, tokenizer, source, checkpoint_generation_defaults(model))
 
 
 def _device_map(device: torch.device) -> dict[str, str] | None:
-    """transformers' placement of every weight on one device; None on meta, where nothing is read."""
+    """transformers' placement of every weight on one device (read shard by shard straight there); None on meta,
+    which a device map does not take: the weights are read to the host and dropped by ``.to("meta")``."""
     return None if device.type == "meta" else {"": str(device)}
 
 
