@@ -121,6 +121,39 @@ def smoke_throughput(tmp_path, request):
     assert all(row["steady_intervals"] == 2 and row["steady_pass_ms_per_row_step"] > 0 for row in rows)
 
 
+def smoke_load_memory(tmp_path, request):
+    built, loaded, checkpoint = tmp_path / "built.json", tmp_path / "loaded.json", tmp_path / "checkpoint"
+    python("load_memory.py", "--model", "tiny", "--device", "cpu", "--save", str(checkpoint), "--out", str(built))
+    python("load_memory.py", "--model", str(checkpoint), "--device", "cpu", "--out", str(loaded))
+    keys = ("load_s", "weights_gib", "host_peak_gib", "host_peak_rise_gib", "environment")
+    assert read(built, *keys, "save_s")["weights_gib"] > 0 and list(checkpoint.glob("*.safetensors"))
+    assert read(loaded, *keys)["largest_shard_gib"] > 0
+
+
+def smoke_card_limits(tmp_path, request):
+    speed, out = tmp_path / "throughput_2l.json", tmp_path / "limits.json"
+    speed.write_text(json.dumps({"environment": {"model_source": {"layers": 2}}, "runs": [
+        {"mode": "invariant", "batch": 1, "steady_pass_ms_per_row_step": 4.0, "pass_ms_per_row_step": 5.0}]}))
+    python("card_limits.py", "--model", "tiny", "--device", "cpu", "--out", str(out), "--speed", str(speed))
+    result = read(out, "card", "limits", "speed", "environment")
+    assert result["card"]["copy_gb_s"] > 0 and result["card"]["bf16_matmul_tflop_s"] > 0
+    (limit,) = result["limits"]
+    assert limit["layers"] == 2 and limit["weight_read_ms"] > 0 and limit["compute_ms_per_row"] > 0
+    (row,) = result["speed"]
+    assert row["bound"] == "weight read" and row["vs_weight_read_limit"] == 4.0 / limit["weight_read_ms"]
+
+
+def smoke_gpu_run(tmp_path, request):
+    out = tmp_path / "run"
+    run(["bash", str(BENCHMARKS / "gpu_run.sh"), str(out), "600"], timeout=300, MODEL="tiny", DEVICE="cpu", L6="1",
+        L30="2", ONLY="limits,load_30l")
+    log = (out / "log.txt").read_text()
+    assert "== limits exit=0" in log and "== load_30l exit=0" in log and "SKIPPED" not in log
+    assert read(out / "load" / "load_2l.json", "load_s", "weights_gib")["weights_gib"] > 0
+    assert read(out / "limits.json", "card", "limits")["limits"][0]["layers"] == 1
+    assert "gpu_run.sh" in manifested(out)["command"]
+
+
 def smoke_needle(tmp_path, request):
     out = tmp_path / "needle.json"
     python("needle.py", "--model", "tiny", "--device", "cpu", "--batch-sizes", "2", "--filler-tokens", "8,16",
@@ -309,6 +342,9 @@ SMOKE = {
     "noise_wall_time.py": smoke_noise_wall_time,
     "throughput.py": smoke_throughput,
     "needle.py": smoke_needle,
+    "load_memory.py": smoke_load_memory,
+    "card_limits.py": smoke_card_limits,
+    "gpu_run.sh": smoke_gpu_run,
     "tracer_overhead.py": smoke_tracer_overhead,
     "memory_probe.py": smoke_memory_probe,
     "sandbox_overhead.py": smoke_sandbox_overhead,

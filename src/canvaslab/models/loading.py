@@ -23,6 +23,7 @@ from canvaslab import choices
 from canvaslab.errors import CanvaslabError, one_line
 from canvaslab.io import MiB, read_json
 from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset, first_layer_types
+from canvaslab.models.random_init import build_random_model
 from canvaslab.models.registry import find_diffusion_model, installed_models
 from canvaslab.models.tokenizer import build_synthetic_tokenizer
 from canvaslab.models.weights import folder_fingerprint
@@ -122,13 +123,6 @@ def _check_sizes(text_config: Any, path: Path) -> None:
                                      "least 1")
 
 
-def _random_model(config: DiffusionGemmaConfig, dtype: torch.dtype, device: torch.device, seed: int):
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=dtype)
-    return model.eval()
-
-
 def _check_tokenizer(tokenizer: PreTrainedTokenizerBase, vocab_size: int, where: str) -> None:
     if len(tokenizer) > vocab_size:
         raise CanvaslabError(
@@ -155,7 +149,7 @@ def _load_preset(preset: Preset, dtype: str, device: torch.device, layers: int |
     _check_layers(layers, preset.text_config["num_hidden_layers"], f"preset {preset.name!r}")
     config = preset.build_config(layers)
     torch_dtype = resolve_dtype(dtype, preset.default_dtype)
-    model = _random_model(config, torch_dtype, device, seed)
+    model = build_random_model(config, torch_dtype, device, seed)
     tokenizer = build_synthetic_tokenizer(config.text_config.vocab_size)
     source = {"kind": "preset", "name": preset.name, "layers": config.text_config.num_hidden_layers, "seed": seed}
     return LoadedModel(model, tokenizer, source, dict(preset.generation))
@@ -164,7 +158,7 @@ def _load_preset(preset: Preset, dtype: str, device: torch.device, layers: int |
 def _load_config_file(path: Path, dtype: str, device: torch.device, layers: int | None, seed: int) -> LoadedModel:
     config = _read_config(path)
     _keep_layers(config, layers, str(path))
-    model = _random_model(config, resolve_dtype(dtype, torch.bfloat16), device, seed)
+    model = build_random_model(config, resolve_dtype(dtype, torch.bfloat16), device, seed)
     tokenizer = build_synthetic_tokenizer(config.text_config.vocab_size)
     source = {"kind": "config", "path": str(path), "layers": config.text_config.num_hidden_layers, "seed": seed}
     return LoadedModel(model, tokenizer, source, dict(REAL_GENERATION_DEFAULTS))
@@ -189,12 +183,20 @@ def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int |
     _keep_layers(config, layers, str(path))
     tokenizer = _checkpoint_tokenizer(path, config)
     with progress_bars_only_on_a_terminal():
+        # straight to the device, shard by shard: no whole-model copy in host memory
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(
-            path, config=config, dtype=resolve_dtype(dtype, torch.bfloat16), local_files_only=True
-        ).to(device).eval()
+            path, config=config, dtype=resolve_dtype(dtype, torch.bfloat16), local_files_only=True,
+            device_map=_device_map(device),
+        ).to(device).eval()  # a no-op except on meta, which the device map does not take
     source = {"kind": "checkpoint", "path": str(path), "layers": config.text_config.num_hidden_layers,
               "weights": folder_fingerprint(path)}
     return LoadedModel(model, tokenizer, source, checkpoint_generation_defaults(model))
+
+
+def _device_map(device: torch.device) -> dict[str, str] | None:
+    """transformers' placement of every weight on one device (read shard by shard straight there); None on meta,
+    which a device map does not take: the weights are read to the host and dropped by ``.to("meta")``."""
+    return None if device.type == "meta" else {"": str(device)}
 
 
 @contextlib.contextmanager
