@@ -144,19 +144,23 @@ def _guarded_protocol(cap: int, read_timeout_s: float):
         None, "too_many_connections"), {"retry-after": "1"})
 
     class GuardedH11Protocol(H11Protocol):
-        read_since = 0.0
+        stopping = False  # set on the class by the server when its stop begins
+        by_wait: dict = {}  # this server's connections, longest waiting on its client first (a dict keeps order)
         read_deadline = None
         refused = False
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
             self._arm_read_deadline()
-            if len(self.connections) > cap:
+            if self.stopping:  # accepted in the loop's last turn before the port closed: nothing will drain it
+                self.cut()
+            elif len(self.connections) > cap:
                 self._make_room()
 
         def connection_lost(self, exc) -> None:
             if self.read_deadline is not None:
                 self.read_deadline.cancel()
+            self.by_wait.pop(self, None)
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -165,6 +169,10 @@ def _guarded_protocol(cap: int, read_timeout_s: float):
             if self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]:
                 self._arm_read_deadline()  # the first byte of a request on a kept-alive connection
             super().data_received(data)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm_read_deadline()  # it now waits on its client for the next request
 
         def shutdown(self) -> None:
             if self.reading():  # a request not received whole is not drained
@@ -184,7 +192,8 @@ def _guarded_protocol(cap: int, read_timeout_s: float):
         def _arm_read_deadline(self) -> None:
             if self.read_deadline is not None:
                 self.read_deadline.cancel()
-            self.read_since = self.loop.time()
+            self.by_wait.pop(self, None)
+            self.by_wait[self] = None  # the newest wait
             self.read_deadline = self.loop.call_later(read_timeout_s, self._read_timed_out)
 
         def _read_timed_out(self) -> None:
@@ -192,11 +201,10 @@ def _guarded_protocol(cap: int, read_timeout_s: float):
                 self.cut()
 
         def _make_room(self) -> None:
-            waiting = [other for other in self.connections
-                       if other is not self and isinstance(other, GuardedH11Protocol) and other.reading()
-                       and not other.transport.is_closing()]
-            if waiting:
-                min(waiting, key=lambda other: other.read_since).cut()
+            oldest = next((other for other in self.by_wait
+                           if other is not self and other.reading() and not other.transport.is_closing()), None)
+            if oldest is not None:
+                oldest.cut()
             else:  # the answer, then end of stream; the socket closes when the client does, or at the deadline
                 self.refused = True
                 self.transport.write(refusal)
@@ -239,10 +247,10 @@ def _server(app, options: ServerOptions, log_level: str, on_forced_stop: Optiona
     given, and the first calls ``on_stop``."""
     import uvicorn
 
+    protocol = _guarded_protocol(options.connection_cap(), options.read_timeout_s)
     # uvicorn's backlog is also how many connections asyncio accepts in one turn of its loop
     config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=None,
-                            access_log=options.access_log, backlog=ACCEPT_BATCH,
-                            http=_guarded_protocol(options.connection_cap(), options.read_timeout_s))
+                            access_log=options.access_log, backlog=ACCEPT_BATCH, http=protocol)
 
     class Server(uvicorn.Server):
         async def startup(self, sockets=None) -> None:
@@ -252,6 +260,10 @@ def _server(app, options: ServerOptions, log_level: str, on_forced_stop: Optiona
             await super().startup(sockets=sockets)
             for sock in sockets or []:
                 sock.listen(BACKLOG)  # asyncio set the kernel's queue to ACCEPT_BATCH: a burst waits there instead
+
+        async def shutdown(self, sockets=None) -> None:
+            protocol.stopping = True
+            await super().shutdown(sockets=sockets)
 
         def handle_exit(self, sig, frame) -> None:
             if self.should_exit and sig in (signal.SIGINT, signal.SIGTERM):
