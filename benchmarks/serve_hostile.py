@@ -1,8 +1,9 @@
 """`canvaslab serve` under hostile connections at a 1,024-descriptor limit: N slow clients each hold a half-sent
-request (half a header or half a body, reopened a second after the server closes it) while a normal client keeps asking
-/health and /v1/completions; then SIGTERM with those half-sent requests still held, and a second server started on
-the busy port. Per scenario: the normal client's answers and latencies, what the slow clients got (cut, refused
-with 503), the server's log size and its accept-error lines, the stop's time and exit status.
+request (half a header or half a body, reopened a second after the server closes it) while a normal client keeps
+asking /health and /v1/completions; then SIGTERM with those half-sent requests still held, and a second server
+started on the busy port. Per scenario: the normal client's answers and latencies (alone first, for a third of
+the attack's time, then under attack), what the slow clients got (cut, refused with 503), the server's log size
+and its accept-error lines, the stop's time and exit status.
 
 Scenarios: `cap` (the server's defaults: the connection cap below the descriptor limit) and `flood` (a
 `--max-connections` above the descriptor limit, so accepts fail with "Too many open files": the log stays
@@ -120,6 +121,8 @@ async def normal_client(url: str, model: str, until: float) -> dict:
 
 
 async def attack(args, port: int, process: subprocess.Popen, log: Path) -> dict:
+    url = f"http://127.0.0.1:{port}"
+    quiet = await normal_client(url, args.model, time.monotonic() + args.seconds / 3)  # the same machine, no attack
     stop, tally = asyncio.Event(), collections.Counter()
     requests = [HALF_HEADER, half_body(args.model)]
     slow = [asyncio.create_task(slow_client(port, requests[i % 2], args.reopen_after, stop, tally))
@@ -128,7 +131,7 @@ async def attack(args, port: int, process: subprocess.Popen, log: Path) -> dict:
     while tally["opened"] < args.slow and time.monotonic() < deadline:  # every slow client has sent its half
         await asyncio.sleep(0.05)
     held = tally["opened"]
-    normal = await normal_client(f"http://127.0.0.1:{port}", args.model, time.monotonic() + args.seconds)
+    normal = await normal_client(url, args.model, time.monotonic() + args.seconds)
     stop.set()
     stopping, drained = time.monotonic(), None
     process.send_signal(signal.SIGTERM)  # the slow clients still hold their half-sent requests
@@ -140,7 +143,8 @@ async def attack(args, port: int, process: subprocess.Popen, log: Path) -> dict:
     _, pending = await asyncio.wait(slow, timeout=30)
     for task in pending:
         task.cancel()
-    return {"slow_clients_connected_before_the_normal_client": held, "normal_client": normal,
+    return {"normal_client_alone": quiet, "slow_clients_connected_before_the_normal_client": held,
+            "normal_client": normal,
             "slow_clients": dict(tally), "stop": {
                 "seconds_to_drained": None if drained is None else round(drained, 2),
                 "seconds_to_exit": round(stop_seconds, 2), "exit_status": process.poll()}}

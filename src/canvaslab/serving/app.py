@@ -27,8 +27,8 @@ from typing import Any, AsyncIterator, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.requests import ClientDisconnect
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from canvaslab.serving.engine import Engine, RowOutcome, Submission
 from canvaslab.serving.protocol import BODY_LIMIT_BYTES, APIError, error_body, parse_json, parse_request

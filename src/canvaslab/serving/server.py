@@ -9,12 +9,12 @@ callback at once (``canvaslab serve`` prints one line and ends the process: ``fo
 SIGTERM is the same.
 
 Hostile connections (``ServerOptions``): every connection must deliver a whole request (headers and body) within
-``read_timeout_s`` of its first byte, or of being opened, or it is closed; at ``max_connections`` a new connection
-takes the place of the one that has waited longest on its client (half a request, or idle between requests), and
-when every connection is busy being answered it gets a 503 in OpenAI's shape and is closed. The drain after a stop
-signal closes the connections still sending a request and, past ``drain_timeout_s``, ends the process, dropping
-what is unfinished. The event loop logs "out of descriptors" accept errors at most once per
-``ACCEPT_ERROR_INTERVAL_S``, with a count.
+``read_timeout_s`` of its first byte (a connection that sends nothing: of its opening, or of its last answer), or
+it is closed; at ``max_connections`` a new connection takes the place of the one that has waited longest on its
+client (half a request, or idle between requests), and when every connection is busy being answered it gets a 503
+in OpenAI's shape and is closed. The drain after a stop signal closes the connections still sending a request
+and, past ``drain_timeout_s``, ends the process, dropping what is unfinished. The event loop logs "out of
+descriptors" accept errors at most once per ``ACCEPT_ERROR_INTERVAL_S``, with a count.
 """
 
 from __future__ import annotations
