@@ -312,6 +312,22 @@ def smoke_serve_load(tmp_path, request):
         invariant["levels"][0])
 
 
+def smoke_serve_hostile(tmp_path, request):
+    out = tmp_path / "hostile"
+    python("serve_hostile.py", "--model", "tiny", "--steps", "2", "--descriptors", "512", "--slow", "600",
+           "--seconds", "2", "--read-timeout", "1", "--out", str(out), timeout=600)
+    result = read(out / "serve_hostile.json", "environment", "config", "scenarios", "busy_port")
+    for name, scenario in result["scenarios"].items():
+        assert scenario["slow_clients_connected_before_the_normal_client"] == 600, name
+        assert scenario["normal_client"]["/health"]["statuses"].get("200", 0) >= 1, name
+        assert scenario["stop"]["exit_status"] == 0, name
+        assert scenario["server_log"]["tracebacks"] == 0 == scenario["server_log"]["asyncio_accept_tracebacks"], name
+    assert result["scenarios"]["cap"]["server_log"]["accept_error_lines"] == 0
+    assert 1 <= result["scenarios"]["flood"]["server_log"]["accept_error_lines"] <= 3  # 600 connections, 512 files
+    assert result["busy_port"]["exit_status"] == 2 and result["busy_port"]["output_lines"] == 1
+    assert not result["busy_port"]["loaded_the_model"]
+
+
 def smoke_whole_generations(tmp_path, request):
     out = tmp_path / "whole.json"
     python("whole_generations.py", "--model", "tiny", "--device", "cpu", "--prompt-lengths", "8,16", "--batch-sizes",
@@ -359,6 +375,7 @@ SMOKE = {
     "mini_train_h200.py": smoke_mini_train_h200,
     "mini_h200_calls.sh": smoke_mini_h200_calls,
     "serve_load.py": smoke_serve_load,
+    "serve_hostile.py": smoke_serve_hostile,
     "whole_generations.py": smoke_whole_generations,
 }
 

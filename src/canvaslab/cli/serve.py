@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -41,14 +41,28 @@ def serve(
     steps: options.Steps = None,
     layers: options.Layers = None,
     model_seed: options.ModelSeed = 0,
+    # ---- hostile connections and the stop (docs/serving.md, "Connections")
+    max_connections: Annotated[Optional[int], typer.Option(
+        "--max-connections", help="most open connections; at the cap a new one replaces the one waiting longest "
+        "on its client, else gets 503 (default: the descriptor limit less 256)",
+        callback=options.whole_number(1))] = None,
+    read_timeout: Annotated[float, typer.Option("--read-timeout", help="seconds a client has to send a whole "
+                                                "request (headers and body)", callback=options.positive_number)]
+    = 30.0,
+    drain_timeout: Annotated[float, typer.Option("--drain-timeout", help="seconds the stop waits for requests in "
+                                                 "flight before dropping them and exiting 0",
+                                                 callback=options.positive_number)] = 120.0,
+    access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="one log line per request")]
+    = True,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions) with dynamic
     batching; in invariant mode an answer is the same bytes whatever else is in flight."""
     require("serve", "canvaslab serve")
     from rich.console import Console
 
-    from canvaslab.serving import bound_socket
+    from canvaslab.serving import ServerOptions, bound_socket, raise_descriptor_limit
 
+    raise_descriptor_limit()
     sock = bound_socket(host, port)  # a busy port is one line, before the model loads
     from canvaslab.models import load_model
     from canvaslab.serving import Engine, ServeSettings, create_app, serve_forever
@@ -61,5 +75,10 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     console.print(f"serving {model} ({mode} mode, {loaded.device}) at http://{shown}:{port}/v1; "
                   "Ctrl-C or SIGTERM answers the requests in flight, then stops")
-    serve_forever(create_app(engine), sock, on_forced_stop=forced_stop_exit(
-        lambda: console.print("stopped without waiting for the requests in flight")))
+    limits = ServerOptions(max_connections=max_connections, read_timeout_s=read_timeout,
+                           drain_timeout_s=drain_timeout, access_log=access_log)
+    serve_forever(create_app(engine), sock, options=limits, on_forced_stop=forced_stop_exit(
+        lambda: console.print("stopped without waiting for the requests in flight")),
+        on_drain_timeout=forced_stop_exit(lambda: console.print(
+            f"stopped after the {drain_timeout:g} s drain deadline; the requests still in flight were dropped"),
+            status=0))

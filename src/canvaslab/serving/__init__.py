@@ -8,7 +8,8 @@ from canvaslab.serving.app import create_app
 from canvaslab.serving.engine import Engine, RowOutcome, ServeSettings, row_key
 from canvaslab.serving.metrics import Metrics
 from canvaslab.serving.protocol import APIError
-from canvaslab.serving.server import bound_socket, running_server, serve_forever
+from canvaslab.serving.server import (ServerOptions, bound_socket, raise_descriptor_limit, running_server,
+                                      serve_forever)
 
-__all__ = ["APIError", "Engine", "Metrics", "RowOutcome", "ServeSettings", "bound_socket", "create_app", "row_key",
-           "running_server", "serve_forever"]
+__all__ = ["APIError", "Engine", "Metrics", "RowOutcome", "ServeSettings", "ServerOptions", "bound_socket",
+           "create_app", "raise_descriptor_limit", "row_key", "running_server", "serve_forever"]

@@ -28,6 +28,7 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from canvaslab.serving.engine import Engine, RowOutcome, Submission
 from canvaslab.serving.protocol import BODY_LIMIT_BYTES, APIError, error_body, parse_json, parse_request
@@ -79,10 +80,14 @@ async def _read_body(request: Request) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > BODY_LIMIT_BYTES:
         raise APIError(413, f"the request body is over {BODY_LIMIT_BYTES} bytes", code="body_too_large")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > BODY_LIMIT_BYTES:
-            raise APIError(413, f"the request body is over {BODY_LIMIT_BYTES} bytes", code="body_too_large")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > BODY_LIMIT_BYTES:
+                raise APIError(413, f"the request body is over {BODY_LIMIT_BYTES} bytes", code="body_too_large")
+    except ClientDisconnect:  # gone, or cut off by the read deadline: nobody reads the answer, and no traceback
+        raise APIError(CLIENT_GONE, "the client closed the connection before its request was whole",
+                       code="client_gone") from None
     return bytes(body)
 
 
