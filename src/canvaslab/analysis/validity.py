@@ -135,19 +135,24 @@ def flag_text(ruling: Ruling | None) -> str:
 
 def tost_contradiction(effect: Mapping[str, Any], alpha: float = ALPHA) -> str | None:
     """A TOST 'equivalent' that the two-sided test contradicts: inside the margin, yet not zero."""
-    p = effect.get("p_two_sided")
-    if effect.get("verdict") == "equivalent" and p is not None and p < alpha:
-        return (f"equivalent within the margin, yet different from zero: "
-                f"{effect['mean_difference']:+.3f}, two-sided p = {p:.2g}")
+    p, mean = effect.get("p_two_sided"), effect.get("mean_difference")
+    if effect.get("verdict") == "equivalent" and _is_number(p) and p < alpha and _is_number(mean):
+        return f"equivalent within the margin, yet different from zero: {mean:+.3f}, two-sided p = {p:.2g}"
     return None
+
+
+def effect_interval_allowed(effect: Mapping[str, Any]) -> bool:
+    """An effect's interval is printed only from at least ``MIN_CLUSTERS`` independent pairs."""
+    n = effect.get("n_pairs")
+    return _is_number(n) and n >= MIN_CLUSTERS
 
 
 def effect_flags(effect: Mapping[str, Any], unit: str = "pair", alpha: float = ALPHA) -> list[str]:
     """The validity flags of one paired-difference effect (the noise study's)."""
     flags = []
-    n = effect.get("n_pairs") or 0
-    if effect.get("ci") is not None and n < MIN_CLUSTERS:
-        flags.append(f"{_count(n, unit)} < {MIN_CLUSTERS}: no interval")
+    if effect.get("ci") is not None and not effect_interval_allowed(effect):
+        n = effect.get("n_pairs")
+        flags.append(f"{_count(n, unit) if _is_number(n) else 'too few ' + unit + 's'} < {MIN_CLUSTERS}: no interval")
     if effect.get("sd") == 0.0:
         flags.append("zero variance: no test")
     contradiction = tost_contradiction(effect, alpha)
@@ -183,21 +188,26 @@ def _stored_supports(summary: Mapping[str, Any]) -> dict[str, Support]:
 
 def _derived_supports(summary: Mapping[str, Any], n_bootstrap: int | None) -> dict[str, Support]:
     undefined = summary.get("undefined", {})
+    prompts = summary.get("n_prompts", summary["n_generations"])  # files without it: every generation its own
     supports = {}
     names = ["tau_b", *(f"{kind}_{size}" for kind in ("block_tau", "token_block_tau")
                         for size in summary.get("block_tau", {}))]
     for name in names:
         generations = summary["n_generations"] - undefined.get(name, {}).get("n", 0)
-        supports[name] = Support(generations=generations, clusters=min(generations, summary["n_prompts"]))
-    if summary.get("auroc") is not None:
+        supports[name] = Support(generations=generations, clusters=min(generations, prompts))
+    if summary.get("auroc") is not None and summary.get("n_scored") and summary.get("accuracy") is not None:
         n, accuracy = summary["n_scored"], summary["accuracy"]
         right = round(accuracy * n)
         skipped = summary.get("auroc_ci_resamples_skipped")
         supports["auroc"] = Support(
-            generations=n, clusters=min(n, summary["n_prompts"]), minority=min(right, n - right),
+            generations=n, clusters=min(n, prompts), minority=min(right, n - right),
             minority_name="right answer" if right < n - right else "wrong answer", resamples=n_bootstrap,
             resamples_used=None if n_bootstrap is None or skipped is None else n_bootstrap - skipped)
     return supports
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _count(n: int, name: str) -> str:
