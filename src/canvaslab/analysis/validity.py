@@ -168,7 +168,9 @@ def regime_rulings(summary: Mapping[str, Any], n_bootstrap: int | None = None) -
     """Ruling and support of each statistic of a commit-order regime summary (``order_metrics.json``).
 
     Summaries written since the rules exist carry their ``support`` and ``canvas_length``; older ones are ruled
-    from the counts they hold (generations defined; prompts at most that many; the AUROC's classes from accuracy).
+    from the counts they hold: generations defined, and as prompts the fewest that many generations can come
+    from (exact with one generation per prompt; with several seeds a lower bound, so the rule errs towards
+    printing no interval); the AUROC's classes from its accuracy.
     """
     canvas = summary.get("canvas_length")
     supports = _stored_supports(summary) if "support" in summary else _derived_supports(summary, n_bootstrap)
@@ -189,18 +191,23 @@ def _stored_supports(summary: Mapping[str, Any]) -> dict[str, Support]:
 def _derived_supports(summary: Mapping[str, Any], n_bootstrap: int | None) -> dict[str, Support]:
     undefined = summary.get("undefined", {})
     prompts = summary.get("n_prompts", summary["n_generations"])  # files without it: every generation its own
+    per_prompt = max(summary["n_generations"] / max(prompts, 1), 1)
+
+    def clusters(generations: int) -> int:  # exact with one generation per prompt, else a lower bound
+        return min(math.ceil(generations / per_prompt), prompts)
+
     supports = {}
     names = ["tau_b", *(f"{kind}_{size}" for kind in ("block_tau", "token_block_tau")
                         for size in summary.get("block_tau", {}))]
     for name in names:
         generations = summary["n_generations"] - undefined.get(name, {}).get("n", 0)
-        supports[name] = Support(generations=generations, clusters=min(generations, prompts))
+        supports[name] = Support(generations=generations, clusters=clusters(generations))
     if summary.get("auroc") is not None and summary.get("n_scored") and summary.get("accuracy") is not None:
         n, accuracy = summary["n_scored"], summary["accuracy"]
         right = round(accuracy * n)
         skipped = summary.get("auroc_ci_resamples_skipped")
         supports["auroc"] = Support(
-            generations=n, clusters=min(n, prompts), minority=min(right, n - right),
+            generations=n, clusters=clusters(n), minority=min(right, n - right),
             minority_name="right answer" if right < n - right else "wrong answer", resamples=n_bootstrap,
             resamples_used=None if n_bootstrap is None or skipped is None else n_bootstrap - skipped)
     return supports
