@@ -14,13 +14,19 @@ def _title_and_tau(metrics) -> tuple[str, str]:
 
 
 def test_the_title_names_the_cis_only_when_there_are_some(tmp_path, writers):
-    with_cis = writers.order_study(tmp_path / "a", generations=12, regimes=("math",), n_bootstrap=20)
+    with_cis = writers.order_study(tmp_path / "a", generations=15, regimes=("math",), n_bootstrap=20)  # 5 prompts
     title, tau = _title_and_tau(with_cis)
     assert "95% prompt-clustered CIs" in title and "[" in tau
     without = writers.order_study(tmp_path / "b", generations=12, regimes=("math",), n_bootstrap=0)
     title, tau = _title_and_tau(without)
     assert "CI" not in title.replace("no CIs", "") and "no CIs (--bootstrap 0)" in title, title
     assert "[" not in tau
+
+
+def test_no_interval_is_printed_from_fewer_than_5_prompts(tmp_path, writers):
+    metrics = writers.order_study(tmp_path, generations=12, regimes=("math",), n_bootstrap=20)  # 4 prompts x 3 seeds
+    assert metrics["regimes"]["math"]["tau_b_ci"] is not None  # computed, kept in the JSON
+    assert "[" not in _title_and_tau(metrics)[1]
 
 
 def _read_the_output() -> str:

@@ -14,6 +14,7 @@ from collections import defaultdict
 from statistics import fmean
 from typing import Any
 
+from canvaslab.analysis import validity
 from canvaslab.analysis.tost import paired_equivalence
 
 
@@ -104,6 +105,7 @@ def noise_study_effects(records: list[dict[str, Any]], analysis: dict[str, Any],
                       "primary": outcome == analysis["primary_outcome"], **test}
             if unit != "cell":
                 effect["unit"] = unit
+            effect["flags"] = validity.effect_flags(effect, "pair" if unit == "cell" else unit, analysis["alpha"])
             effects.append(effect)
     return effects
 
@@ -149,7 +151,8 @@ def first_pass_conclusion(effects: list[dict[str, Any]], primary_outcome: str) -
         answer = "no"
     return {"answer": answer, "primary_outcome": primary_outcome,
             "verdicts": {name: e["verdict"] for name, e in primary.items()},
-            "directions": {"unused - random": random_, "unused - rare": rare}, "text": FIRST_PASS_ANSWERS[answer]}
+            "directions": {"unused - random": random_, "unused - rare": rare}, "text": FIRST_PASS_ANSWERS[answer],
+            "flags": {name: e["flags"] for name, e in primary.items() if e.get("flags")}}
 
 
 def class_means(records: list[dict[str, Any]], outcomes: list[str]) -> dict[str, dict[str, Any]]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from canvaslab.analysis import validity
 from canvaslab.errors import CanvaslabError
 from canvaslab.capture.commit_trace import GenerationTrace, read_traces, record_problem
 
@@ -58,6 +59,7 @@ class GenerationMeasures:
     budget: int
     correct: bool | None
     content_positions: int
+    canvas_length: int
     never_accepted: int
     accept_calls: int
     unaccept_events: int
@@ -109,6 +111,7 @@ def measure_generation(trace: GenerationTrace) -> GenerationMeasures:
         budget=trace.budget,
         correct=trace.correct,
         content_positions=int(content.sum()),
+        canvas_length=int(content.size),
         never_accepted=int((content & (commit < 0)).sum()),
         accept_calls=len(trace.calls),
         unaccept_events=unaccepts,
@@ -307,7 +310,39 @@ def summarize_regime(rows: Sequence[GenerationMeasures], n_bootstrap: int, seed:
     summary.update(_correctness_summary(rows, weights, notes))
     summary["undefined"] = count_undefined(rows)
     summary["null_reasons"] = notes
+    summary["canvas_length"] = max(row.canvas_length for row in rows)
+    summary["support"] = _supports(rows, summary, n_bootstrap)
+    summary["validity"] = {name: ruling.to_dict() for name, (ruling, _) in validity.regime_rulings(summary).items()}
     return summary
+
+
+def _supports(rows: Sequence[GenerationMeasures], summary: dict[str, Any], n_bootstrap: int) -> dict[str, Any]:
+    """The counts each statistic with an interval rests on (``canvaslab.analysis.validity``'s rules read them)."""
+    supports = {"tau_b": _support([(row.prompt_id, row.tau_b) for row in rows])}
+    for name in ("block_tau", "token_block_tau"):
+        for size in BLOCK_BINS:
+            support = _support([(row.prompt_id, getattr(row, name)[size]) for row in rows])
+            if name == "block_tau":
+                support["bins"] = validity.bins_on_canvas(summary["canvas_length"], size)
+            supports[f"{name}_{size}"] = support
+    if summary["auroc"] is not None:
+        usable = [row for row in rows if row.correct is not None and row.commit_entropy is not None]
+        right = sum(bool(row.correct) for row in usable)
+        skipped = summary["auroc_ci_resamples_skipped"]
+        supports["auroc"] = {
+            "generations": len(usable), "clusters": len({row.prompt_id for row in usable}),
+            "minority": min(right, len(usable) - right),
+            "minority_name": "right answer" if right < len(usable) - right else "wrong answer",
+            "resamples": n_bootstrap, "resamples_used": None if skipped is None else n_bootstrap - skipped,
+        }
+    return supports
+
+
+def _support(values: Sequence[tuple[str, float | None]]) -> dict[str, Any]:
+    defined = [(prompt, value) for prompt, value in values if value is not None]
+    distinct = {value for _, value in defined}
+    return {"generations": len(defined), "clusters": len({prompt for prompt, _ in defined}),
+            "zero_variance": len(defined) > 1 and len(distinct) == 1}
 
 
 def _order_summary(

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
+from canvaslab.analysis import validity
 from canvaslab.choices import NOISE_CHECK_DESIGNS
 from canvaslab.reports.names import plain
 from canvaslab.terminal import printable
@@ -23,9 +24,30 @@ def _number(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
+def _flags(effect: dict[str, Any]) -> list[str]:
+    """The validity flags stored with the effect, or those of the rules for reports written before them."""
+    return effect["flags"] if "flags" in effect else validity.effect_flags(effect, effect.get("unit", "pair"))
+
+
 def _ci(effect: dict[str, Any]) -> str:
     ci = effect["ci"]
-    return "-" if ci is None else f"[{_number(ci[0])}, {_number(ci[1])}]"
+    if ci is None or not validity.effect_interval_allowed(effect):
+        return "-"
+    return f"[{_number(ci[0])}, {_number(ci[1])}]"
+
+
+def _verdict(effect: dict[str, Any]) -> str:
+    return printable(effect["verdict"]) + (" !" if _flags(effect) else "")
+
+
+def _primary_flagged(effects: list[dict[str, Any]]) -> bool:
+    return any(e["primary"] and _flags(e) for e in effects)
+
+
+def _flags_note(effects: list[dict[str, Any]]) -> str:
+    """Each flagged effect's flags, beside the rule's verdict (the verdict column marks them with !)."""
+    notes = [f"! {e['comparison']}, {e['outcome']}: {'; '.join(_flags(e))}. " for e in effects if _flags(e)]
+    return "".join(notes)
 
 
 def _safeguard_caption(safeguard: dict[str, Any], analysed: str | None) -> str:
@@ -42,7 +64,7 @@ def _safeguard_caption(safeguard: dict[str, Any], analysed: str | None) -> str:
 def _row(effect: dict[str, Any]) -> list[str]:
     return [printable(effect["comparison"]), printable(effect["outcome"]) + (" *" if effect["primary"] else ""),
             printable(effect["n_pairs"]), _number(effect["mean_difference"]), _ci(effect), _number(effect["margin"]),
-            _number(effect["tost_p"], 3), printable(effect["verdict"])]
+            _number(effect["tost_p"], 3), _verdict(effect)]
 
 
 def _rows_note(effects: list[dict[str, Any]]) -> str:
@@ -67,6 +89,7 @@ def noise_study_table(report: dict[str, Any]) -> Table:
         f"{report['conditions_total']} conditions; unused tokens act as masks? "
         # the decision rule is for the whole design: a partial run's answer is provisional
         f"{conclusion['answer']}{'' if report['complete'] else ' (interim, design incomplete)'}"
+        f"{' (a primary verdict is flagged: !)' if _primary_flagged(report['effects']) else ''}"
         f"{_check_note(report)}")))
     columns = ("comparison", "outcome", "prompts" if report.get("unit") == "prompt" else "pairs", "mean diff", f"{report['effects'][0]['ci_level']:.0%} CI", "margin",
                "TOST p", "verdict")
@@ -76,6 +99,7 @@ def noise_study_table(report: dict[str, Any]) -> Table:
         table.add_column(name, min_width=max(len(cell) for cell in [name, *(row[index] for row in rows)]))
     for row in rows:
         table.add_row(*map(plain, row))
-    table.caption = plain(printable(f"* primary outcome. {_rows_note(report['effects'])}"
+    table.caption = plain(printable(f"* primary outcome. {_flags_note(report['effects'][:MAX_TABLE_ROWS])}"
+                                    f"{_rows_note(report['effects'])}"
                                     f"{_safeguard_caption(report['safeguard'], report.get('analysed_run'))}"))
     return table

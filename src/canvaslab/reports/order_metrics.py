@@ -14,6 +14,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from canvaslab.analysis import validity
 from canvaslab.reports.names import plain
 from canvaslab.terminal import printable
 
@@ -24,7 +25,7 @@ BASELINE_COLUMN = "AR acc"  # the autoregressive baseline's accuracy (``order-st
 
 def order_metrics_tables(metrics: dict[str, Any], wide: bool = False) -> list[Table]:
     """The regime tables; with a scored baseline (``metrics["baseline"]``) the last one adds its accuracy."""
-    cells = {regime: _cells(regime, summary) for regime, summary in metrics["regimes"].items()}
+    cells = {regime: _cells(regime, summary, metrics.get("n_bootstrap")) for regime, summary in metrics["regimes"].items()}
     title = printable(f"commit order: {metrics['n_generations']} generations, {_intervals(metrics)}")
     extra = _baseline_column(metrics)
     if wide:
@@ -68,13 +69,14 @@ def _table(title: str, cells: dict[str, dict[str, str]], columns: Sequence[str],
     return table
 
 
-def _cells(regime: str, summary: dict[str, Any]) -> dict[str, str]:
+def _cells(regime: str, summary: dict[str, Any], n_bootstrap: int | None = None) -> dict[str, str]:
     calls = summary["accept_calls"]
+    rulings = validity.regime_rulings(summary, n_bootstrap)
     return {
         "regime": printable(regime),
         "n": printable(summary["n_generations"]),
-        "tau_b": _with_ci(summary["tau_b"], summary["tau_b_ci"]) + f"\nn={defined_in(summary)}",
-        "tau16": _number(summary["block_tau"]["16"]),
+        "tau_b": _ruled(summary["tau_b"], summary["tau_b_ci"], rulings.get("tau_b")) + f"\nn={defined_in(summary)}",
+        "tau16": _ruled(summary["block_tau"]["16"], None, rulings.get("block_tau_16")),
         "control": _number(summary["control_tau"]),
         "tok/call": _number(summary["tokens_per_call"], 1),
         "same": _number(summary["same_call_fraction"], 2),
@@ -82,8 +84,19 @@ def _cells(regime: str, summary: dict[str, Any]) -> dict[str, str]:
         "calls": printable(f"{calls['mean']:.1f}/{calls['budget']}"),
         "H": _number(summary["commit_entropy_mean"], 4),
         "acc": _number(summary["accuracy"], 2),
-        "AUROC": _with_ci(summary["auroc"], summary["auroc_ci"]),
+        "AUROC": _ruled(summary["auroc"], summary["auroc_ci"], rulings.get("auroc"), flagged=True),
     }
+
+
+def _ruled(value: float | None, ci: list[float] | None, ruled: tuple | None, flagged: bool = False) -> str:
+    """The value as the validity rules allow (interval, split share or '-'); the AUROC says why it has no interval."""
+    ruling, support = ruled if ruled is not None else (None, None)
+    text = validity.format_value(value, ci, ruling, support=support)
+    if value is not None and ci is not None and ruling is not None and ruling.interval:
+        text = text.replace(" [", "\n[", 1)
+    if flagged and value is not None and ruling is not None and support is not None and support.minority is not None:
+        text += f"\n{support.minority} {support.minority_name}{'' if support.minority == 1 else 's'}"
+    return text
 
 
 def defined_in(summary: Mapping[str, Any], measure: str = "tau_b") -> int:

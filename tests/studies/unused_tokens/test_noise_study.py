@@ -46,7 +46,7 @@ REPORT_KEYS = {"study", "plan_hash", "plan_file", "question", "design", "conditi
                "complete", "execution", "class_means", "effects", "conclusion", "safeguard",
                "deviations_from_plan", "environment"}
 EFFECT_KEYS = {"comparison", "outcome", "primary", "n_pairs", "margin", "mean_difference", "sd", "ci", "ci_level",
-               "p_lower", "p_upper", "tost_p", "p_two_sided", "verdict"}
+               "p_lower", "p_upper", "tost_p", "p_two_sided", "verdict", "flags"}
 
 
 def _plan(design: str = "small", token_counts=None, **kwargs):

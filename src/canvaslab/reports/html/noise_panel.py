@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from canvaslab.analysis import validity
 from canvaslab.choices import NOISE_CHECK_DESIGNS
 from canvaslab.reports.html import figures
 from canvaslab.reports.html.markup import column, esc, number, table
@@ -36,7 +37,7 @@ def _finite(value: Any) -> float | None:
 def _interval(effect: dict[str, Any]) -> tuple[float, float] | None:
     """The effect's CI when both bounds are finite and hold its mean; None: drawn as "no interval"."""
     mean, ci = _finite(effect.get("mean_difference")), effect.get("ci")
-    if mean is None or not isinstance(ci, (list, tuple)) or len(ci) != 2:
+    if mean is None or not isinstance(ci, (list, tuple)) or len(ci) != 2 or not validity.effect_interval_allowed(effect):
         return None
     low, high = _finite(ci[0]), _finite(ci[1])
     return (low, high) if low is not None and high is not None and low <= mean <= high else None
@@ -169,13 +170,19 @@ def _first_pass_rows(report: dict[str, Any]) -> list[tuple[str, Any]]:
     return rows
 
 
+def _verdict(effect: dict[str, Any]) -> str:
+    """The rule's verdict, with the validity flags beside it (a TOST 'equivalent' a two-sided test contradicts)."""
+    flags = effect["flags"] if "flags" in effect else validity.effect_flags(effect, effect.get("unit", "pair"))
+    return str(effect.get("verdict", "-")) + "".join(f" (! {flag})" for flag in flags)
+
+
 def verdict_rows(report: dict[str, Any]) -> list[list[str]]:
     rows = []
     for e in report.get("effects", []):
         ci = e.get("ci")
         rows.append([e["comparison"], e["outcome"] + (" *" if e.get("primary") else ""), str(e.get("n_pairs")),
-                     number(e.get("mean_difference")), f"[{number(ci[0])}, {number(ci[1])}]" if ci else "-",
-                     f"±{number(e.get('margin'))}", number(e.get("tost_p")), e.get("verdict", "-")])
+                     number(e.get("mean_difference")), f"[{number(ci[0])}, {number(ci[1])}]" if ci and validity.effect_interval_allowed(e) else "-",
+                     f"±{number(e.get('margin'))}", number(e.get("tost_p")), _verdict(e)])
     return rows
 
 

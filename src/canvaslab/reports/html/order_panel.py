@@ -17,6 +17,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from canvaslab.analysis import validity
 from canvaslab.analysis.order_metrics import commit_calls
 from canvaslab.reports.html import figures
 from canvaslab.reports.html.markup import column, esc, notes, number, table
@@ -127,7 +128,7 @@ def _block_panel(ax, study: OrderStudy, regime: str) -> None:
             bins = sorted(curve)
             ax.plot(bins, [curve[b] for b in bins], label=BLOCK_CURVES[key], **CURVE_STYLES[key])
     _scalar_control(ax, study.regimes[regime], curves)
-    _paper_marks(ax, regime)
+    _paper_marks(ax, regime, study.regimes[regime])
     _defined_counts(ax, study, regime, curves.get("block_tau") or {})
     if len(ax.lines) == 1:
         ax.text(0.5, 0.5, "no block τ_b defined", transform=ax.transAxes, ha="center", va="center", fontsize=7)
@@ -144,9 +145,10 @@ def _scalar_control(ax, summary: dict[str, Any], curves: dict[str, dict[int, flo
                    label="block-sequential control (blocks of 16)")
 
 
-def _paper_marks(ax, regime: str) -> None:
+def _paper_marks(ax, regime: str, summary: dict[str, Any]) -> None:
+    """The paper's values, only on its canvas length (validity rules: no comparison across canvases)."""
     paper = PAPER_BLOCK_TAU.get(regime)
-    if paper:
+    if paper and validity.paper_comparable(summary.get("canvas_length", validity.PAPER_CANVAS)):
         bins = sorted(paper)
         ax.plot(bins, [paper[b] for b in bins], marker="*", markersize=7, linestyle="none", color="#000000",
                 label=PAPER_LABEL, gid="paper")
@@ -200,7 +202,7 @@ def _auroc_points(ax, study: OrderStudy, regimes: list[str], pooled: dict[str, A
     xs, labels = [0.5], []
     for row, regime in enumerate(regimes):
         summary = study.regimes[regime]
-        value, ci = summary["auroc"], summary.get("auroc_ci")
+        value, ci = summary["auroc"], _allowed_ci(summary, "auroc", summary.get("auroc_ci"), study)
         err = None if not ci else [[value - ci[0]], [ci[1] - value]]
         ax.errorbar(value, row, xerr=err, fmt="o", color=figures.OKABE_ITO[0], capsize=3)
         xs += [value, *(ci or ())]
@@ -252,11 +254,23 @@ def _ci(value: Any, ci: Any) -> str:
     return number(value) + (f" [{number(ci[0])}, {number(ci[1])}]" if ci else "")
 
 
+def _allowed_ci(summary: dict[str, Any], name: str, ci: Any, study: OrderStudy) -> Any:
+    """The interval if the validity rules allow it (enough prompts, minority class, resamples), else None."""
+    ruled = validity.regime_rulings(summary, study.metrics.get("n_bootstrap")).get(name)
+    return ci if ruled is None or ruled[0].interval else None
+
+
+def _ruled(summary: dict[str, Any], name: str, study: OrderStudy) -> str:
+    ruled = validity.regime_rulings(summary, study.metrics.get("n_bootstrap")).get(name)
+    text = _ci(summary.get(name), _allowed_ci(summary, name, summary.get(f"{name}_ci"), study))
+    return text + validity.flag_text(ruled[0]) if ruled is not None and summary.get(name) is not None else text
+
+
 def regime_rows(study: OrderStudy) -> list[list[str]]:
     rows = []
     for regime, s in study.regimes.items():
         calls = s.get("accept_calls") or {}
-        tau_b = _ci(s.get("tau_b"), s.get("tau_b_ci")) + f" (over {defined_in(s)})"
+        tau_b = _ruled(s, "tau_b", study) + f" (over {defined_in(s)})"
         prompts = f" ({s['n_prompts']} prompts)" if s.get("n_prompts") is not None else ""
         rows.append([regime, f"{s.get('n_generations')}{prompts}", tau_b,
                      number(s.get("control_tau")), number(s.get("tokens_per_call")),
@@ -264,7 +278,7 @@ def regime_rows(study: OrderStudy) -> list[list[str]]:
                      f"{number(s.get('unaccept_events'))} ({s.get('unaccept_events_total', '-')} total)",
                      f"{number(calls.get('mean'))} [{calls.get('min', '-')}-{calls.get('max', '-')}] / "
                      f"{calls.get('budget', '-')}",
-                     number(s.get("accuracy")), _ci(s.get("auroc"), s.get("auroc_ci"))])
+                     number(s.get("accuracy")), _ruled(s, "auroc", study)])
     return rows
 
 
