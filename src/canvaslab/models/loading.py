@@ -21,7 +21,7 @@ from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEME
 
 from canvaslab import choices
 from canvaslab.errors import CanvaslabError, one_line
-from canvaslab.io import MiB, read_json
+from canvaslab.io import DEPTH_LIMIT, JSON_LIMIT, MiB, nesting_depth, read_bytes, read_json
 from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset, first_layer_types
 from canvaslab.models.registry import find_diffusion_model, installed_models
 from canvaslab.models.tokenizer import build_synthetic_tokenizer
@@ -170,6 +170,18 @@ def _load_config_file(path: Path, dtype: str, device: torch.device, layers: int 
     return LoadedModel(model, tokenizer, source, dict(REAL_GENERATION_DEFAULTS))
 
 
+def check_checkpoint_json(path: Path) -> None:
+    """A checkpoint or tokenizer folder's other JSON files (generation config, tokenizer, weight index), which
+    transformers parses without bounds: one nested deeper than any canvaslab reads would end its parser in a
+    ``RecursionError``. Refused in one line first."""
+    for file in sorted(path.glob("*.json")):
+        if file.name != "config.json" and file.is_file():
+            data = read_bytes(file, max_bytes=JSON_LIMIT, follow_links=True)
+            if nesting_depth(data) > DEPTH_LIMIT:
+                raise CanvaslabError(f"{file} nests arrays and objects more than {DEPTH_LIMIT} deep: it was not "
+                                     "written by transformers, or is damaged")
+
+
 def _checkpoint_tokenizer(path: Path, config: DiffusionGemmaConfig) -> PreTrainedTokenizerBase:
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -187,6 +199,7 @@ def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int |
             f"pass {path / 'config.json'} to build random weights from that config"
         )
     _keep_layers(config, layers, str(path))
+    check_checkpoint_json(path)
     tokenizer = _checkpoint_tokenizer(path, config)
     with progress_bars_only_on_a_terminal():
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(
