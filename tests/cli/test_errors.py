@@ -184,3 +184,8 @@ def test_a_tokenizer_folder_file_nested_100000_deep_is_one_line(capsys, tmp_path
     (tmp_path / "tokenizer_config.json").write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}")
     assert "tokenizer_config.json nests arrays and objects more than 100 deep" in _fails(
         capsys, "vocab-scan", "--tokenizer", str(tmp_path), "--out", str(tmp_path / "out"))
+
+
+def test_a_config_whose_weights_cannot_be_allocated_is_one_line(capsys, tmp_path):
+    config = _preset_config(tmp_path, "config.json", vocab_size=10**13)  # 1.3 PB: over any address space
+    assert "its weights do not fit in cpu's memory" in _fails(capsys, "generate", "--prompt", "hi", "--model", config)

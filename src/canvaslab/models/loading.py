@@ -122,10 +122,17 @@ def _check_sizes(text_config: Any, path: Path) -> None:
                                      "least 1")
 
 
-def _random_model(config: DiffusionGemmaConfig, dtype: torch.dtype, device: torch.device, seed: int):
+def _random_model(config: DiffusionGemmaConfig, dtype: torch.dtype, device: torch.device, seed: int,
+                  where: str = "the model"):
     torch.manual_seed(seed)
-    with torch.device(device):
-        model = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=dtype)
+    try:
+        with torch.device(device):
+            model = DiffusionGemmaForBlockDiffusion._from_config(config, dtype=dtype)
+    except (MemoryError, RuntimeError) as error:  # the CPU allocator's refusal is a plain RuntimeError
+        if not isinstance(error, (MemoryError, torch.OutOfMemoryError)) and "allocate" not in str(error):
+            raise
+        raise CanvaslabError(f"{where}: its weights do not fit in {device}'s memory ({one_line(error, 200)})") \
+            from None
     return model.eval()
 
 
@@ -164,7 +171,7 @@ def _load_preset(preset: Preset, dtype: str, device: torch.device, layers: int |
 def _load_config_file(path: Path, dtype: str, device: torch.device, layers: int | None, seed: int) -> LoadedModel:
     config = _read_config(path)
     _keep_layers(config, layers, str(path))
-    model = _random_model(config, resolve_dtype(dtype, torch.bfloat16), device, seed)
+    model = _random_model(config, resolve_dtype(dtype, torch.bfloat16), device, seed, str(path))
     tokenizer = build_synthetic_tokenizer(config.text_config.vocab_size)
     source = {"kind": "config", "path": str(path), "layers": config.text_config.num_hidden_layers, "seed": seed}
     return LoadedModel(model, tokenizer, source, dict(REAL_GENERATION_DEFAULTS))
