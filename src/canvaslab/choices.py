@@ -174,9 +174,6 @@ def checked_path(option: str, value: Union[str, os.PathLike]) -> Path:
     return check_names(value, option)
 
 
-_path = checked_path
-
-
 def _nearest_existing(path: Path) -> Path:
     path = path.absolute()
     while not os.path.lexists(path):
@@ -208,7 +205,7 @@ def _check_can_create(option: str, path: Path) -> None:
 
 def writable_folder(option: str, value) -> Path:
     """An output folder: an existing folder or one that can be created, where files can be written."""
-    path = _path(option, value)
+    path = checked_path(option, value)
     if path.exists() and not path.is_dir():
         raise CanvaslabError(f"{option} {path}: is a file; give a folder")
     _check_can_create(option, path)
@@ -217,7 +214,7 @@ def writable_folder(option: str, value) -> Path:
 
 def existing_writable_folder(option: str, value) -> Path:
     """A study folder that must already exist (written by an earlier step) and will be written to."""
-    path = _path(option, value)
+    path = checked_path(option, value)
     if not path.is_dir():
         raise CanvaslabError(f"{option} {path}: {'is not a folder' if path.exists() else 'does not exist'}")
     _check_can_create(option, path)
@@ -226,7 +223,7 @@ def existing_writable_folder(option: str, value) -> Path:
 
 def existing_folder(option: str, value) -> Path:
     """A folder that must already exist and is only read (e.g. a finished pilot study)."""
-    path = _path(option, value)
+    path = checked_path(option, value)
     if not path.is_dir():
         raise CanvaslabError(f"{option} {path}: {'is not a folder' if path.exists() else 'does not exist'}")
     return path
@@ -234,7 +231,7 @@ def existing_folder(option: str, value) -> Path:
 
 def writable_file(option: str, value, suffixes: Sequence[str] = ()) -> Path:
     """An output file: not a folder, with one of ``suffixes`` if given, in a folder that exists or can be made."""
-    path = _path(option, value)
+    path = checked_path(option, value)
     if path.is_dir():
         raise CanvaslabError(f"{option} {path}: is a folder; give a file path")
     if suffixes and path.suffix not in suffixes:
@@ -246,7 +243,7 @@ def writable_file(option: str, value, suffixes: Sequence[str] = ()) -> Path:
 
 def readable_file(option: str, value, suffixes: Sequence[str] = ()) -> Path:
     """An input file that exists, is a file, has one of ``suffixes`` if given, and can be read."""
-    path = _path(option, value)
+    path = checked_path(option, value)
     if suffixes and path.suffix not in suffixes:
         raise CanvaslabError(f"{option} {path}: must be a {' or '.join(suffixes)} file")
     if not path.is_file():

@@ -62,3 +62,10 @@ def test_the_loader_itself_refuses_such_a_path(tmp_path):
 
     with pytest.raises(CanvaslabError, match="255 bytes"):
         load_model(str(tmp_path / ("a" * 256)))
+
+
+def test_prompts_that_are_not_texts_are_named_so(no_loading):
+    with pytest.raises(CanvaslabError, match=r"^--prompt: give texts \(str\), not bytes$"):
+        generate(["fine", b"river"])
+    with pytest.raises(CanvaslabError, match=r"^prompts: character 1 is not Unicode text"):
+        BatchSizeStudy(prompts=["fine", os.fsdecode(b"\xff river")])

@@ -167,3 +167,25 @@ def test_an_error_line_is_cut_to_a_bounded_length(capsys):
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("error: start ") and err.rstrip().endswith("the fix")
     assert len(err) <= LINE_LIMIT + len("error: \n")
+
+
+@pytest.mark.parametrize("name", ["generation_config.json", "tokenizer_config.json"])
+def test_a_checkpoint_file_nested_100000_deep_is_one_line(capsys, tmp_path, tiny, name):
+    tiny.model.save_pretrained(tmp_path)
+    tiny.tokenizer.save_pretrained(tmp_path)
+    (tmp_path / name).write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    capsys.readouterr()  # save_pretrained's progress bar
+    assert f"{name} nests arrays and objects more than 100 deep" in _fails(
+        capsys, "generate", "--prompt", "hi", "--model", str(tmp_path))
+
+
+def test_a_tokenizer_folder_file_nested_100000_deep_is_one_line(capsys, tmp_path, tiny):
+    tiny.tokenizer.save_pretrained(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert "tokenizer_config.json nests arrays and objects more than 100 deep" in _fails(
+        capsys, "vocab-scan", "--tokenizer", str(tmp_path), "--out", str(tmp_path / "out"))
+
+
+def test_a_config_whose_weights_cannot_be_allocated_is_one_line(capsys, tmp_path):
+    config = _preset_config(tmp_path, "config.json", vocab_size=10**13)  # 1.3 PB: over any address space
+    assert "its weights do not fit in cpu's memory" in _fails(capsys, "generate", "--prompt", "hi", "--model", config)

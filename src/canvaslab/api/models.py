@@ -110,7 +110,10 @@ def generate(prompts: Union[str, Sequence[str]], model: Any = "tiny", *, mode: s
     if isinstance(prompts, bytes) or not isinstance(prompts, Iterable):
         raise CanvaslabError(f"--prompt {prompts!r}: give a text or a list of texts")
     prompts = (prompts,) if isinstance(prompts, str) else tuple(prompts)
-    if not prompts or any(not isinstance(text, str) or not text.strip() for text in prompts):
+    wrong = [text for text in prompts if not isinstance(text, str)]
+    if wrong:
+        raise CanvaslabError(f"--prompt: give texts (str), not {type(wrong[0]).__name__}")
+    if not prompts or any(not text.strip() for text in prompts):
         raise CanvaslabError("--prompt must not be empty")
     for text in prompts:
         choices.unicode_text("--prompt", text)

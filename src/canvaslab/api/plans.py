@@ -125,6 +125,8 @@ class BatchSizeStudy(_Plan):
         elif isinstance(self.prompts, (list, tuple)):
             if not self.prompts or not all(isinstance(text, str) and text.strip() for text in self.prompts):
                 raise CanvaslabError("prompts: give one or more non-empty prompt texts")
+            for text in self.prompts:
+                choices.unicode_text("prompts", text)
             _set(self, "prompts", tuple(self.prompts))
         elif not isinstance(self.prompts, (str, Path)):
             raise CanvaslabError(f"prompts {self.prompts!r}: give a count, a prompt file or prompt texts")

@@ -21,7 +21,7 @@ from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEME
 
 from canvaslab import choices
 from canvaslab.errors import CanvaslabError, one_line
-from canvaslab.io import MiB, read_json
+from canvaslab.io import DEPTH_LIMIT, JSON_LIMIT, MiB, nesting_depth, read_bytes, read_json
 from canvaslab.models.presets import PRESETS, REAL_GENERATION_DEFAULTS, Preset, first_layer_types
 from canvaslab.models.random_init import build_random_model
 from canvaslab.models.registry import find_diffusion_model, installed_models
@@ -123,6 +123,18 @@ def _check_sizes(text_config: Any, path: Path) -> None:
                                      "least 1")
 
 
+def _random_model(config: DiffusionGemmaConfig, dtype: torch.dtype, device: torch.device, seed: int,
+                  where: str = "the model"):
+    try:
+        model = build_random_model(config, dtype, device, seed)
+    except (MemoryError, RuntimeError) as error:  # the CPU allocator's refusal is a plain RuntimeError
+        if not isinstance(error, (MemoryError, torch.OutOfMemoryError)) and "allocate" not in str(error):
+            raise
+        raise CanvaslabError(f"{where}: its weights do not fit in {device}'s memory ({one_line(error, 200)})") \
+            from None
+    return model
+
+
 def _check_tokenizer(tokenizer: PreTrainedTokenizerBase, vocab_size: int, where: str) -> None:
     if len(tokenizer) > vocab_size:
         raise CanvaslabError(
@@ -149,7 +161,7 @@ def _load_preset(preset: Preset, dtype: str, device: torch.device, layers: int |
     _check_layers(layers, preset.text_config["num_hidden_layers"], f"preset {preset.name!r}")
     config = preset.build_config(layers)
     torch_dtype = resolve_dtype(dtype, preset.default_dtype)
-    model = build_random_model(config, torch_dtype, device, seed)
+    model = _random_model(config, torch_dtype, device, seed, f"preset {preset.name!r}")
     tokenizer = build_synthetic_tokenizer(config.text_config.vocab_size)
     source = {"kind": "preset", "name": preset.name, "layers": config.text_config.num_hidden_layers, "seed": seed}
     return LoadedModel(model, tokenizer, source, dict(preset.generation))
@@ -158,10 +170,22 @@ def _load_preset(preset: Preset, dtype: str, device: torch.device, layers: int |
 def _load_config_file(path: Path, dtype: str, device: torch.device, layers: int | None, seed: int) -> LoadedModel:
     config = _read_config(path)
     _keep_layers(config, layers, str(path))
-    model = build_random_model(config, resolve_dtype(dtype, torch.bfloat16), device, seed)
+    model = _random_model(config, resolve_dtype(dtype, torch.bfloat16), device, seed, str(path))
     tokenizer = build_synthetic_tokenizer(config.text_config.vocab_size)
     source = {"kind": "config", "path": str(path), "layers": config.text_config.num_hidden_layers, "seed": seed}
     return LoadedModel(model, tokenizer, source, dict(REAL_GENERATION_DEFAULTS))
+
+
+def check_checkpoint_json(path: Path) -> None:
+    """A checkpoint or tokenizer folder's other JSON files (generation config, tokenizer, weight index), which
+    transformers parses without bounds: one nested deeper than any canvaslab reads would end its parser in a
+    ``RecursionError``. Refused in one line first."""
+    for file in sorted(path.glob("*.json")):
+        if file.name != "config.json" and file.is_file():
+            data = read_bytes(file, max_bytes=JSON_LIMIT, follow_links=True)
+            if nesting_depth(data) > DEPTH_LIMIT:
+                raise CanvaslabError(f"{file} nests arrays and objects more than {DEPTH_LIMIT} deep: it was not "
+                                     "written by transformers, or is damaged")
 
 
 def _checkpoint_tokenizer(path: Path, config: DiffusionGemmaConfig) -> PreTrainedTokenizerBase:
@@ -181,6 +205,7 @@ def _load_checkpoint(path: Path, dtype: str, device: torch.device, layers: int |
             f"pass {path / 'config.json'} to build random weights from that config"
         )
     _keep_layers(config, layers, str(path))
+    check_checkpoint_json(path)
     tokenizer = _checkpoint_tokenizer(path, config)
     with progress_bars_only_on_a_terminal():
         # straight to the device, shard by shard: no whole-model copy in host memory

@@ -14,7 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from canvaslab.choices import MAX_SEED
+from canvaslab.choices import MAX_SEED, unicode_text
+from canvaslab.errors import CanvaslabError
+from canvaslab.io import UnreadableFile, parse_json as bounded_json
 
 BODY_LIMIT_BYTES = 1 << 20  # a request body larger than this is refused (413) before it is parsed
 MAX_CHOICES = 128  # OpenAI's own limit on ``n``
@@ -64,9 +66,9 @@ class CompletionRequest:
 def parse_json(body: bytes) -> dict[str, Any]:
     """The body as a JSON object; anything else is a 400."""
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise APIError(400, f"the request body is not valid JSON: {error}", code="invalid_json") from None
+        data = bounded_json(body, source="the request body")  # nesting bounded: no RecursionError, no 500
+    except UnreadableFile as error:
+        raise APIError(400, str(error), code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object", code="invalid_json")
     return data
@@ -109,6 +111,10 @@ def _text(value: Any, param: str) -> str:
         raise invalid(param, f"'{param}' must be a string, not {type(value).__name__}", "invalid_type")
     if not value.strip():
         raise invalid(param, f"'{param}' must not be empty")
+    try:
+        unicode_text(param, value)
+    except CanvaslabError as error:  # a lone surrogate escaped in the JSON (\ud800): no tokenizer encodes it
+        raise invalid(param, str(error)) from None
     return value
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from transformers import PreTrainedTokenizerBase
 
 from canvaslab.assets.gemma3_tokenizer import load_gemma3_tokenizer
+from canvaslab.choices import checked_path
 from canvaslab.errors import CanvaslabError
 from canvaslab.models.mini import load_mini_tokenizer
 from canvaslab.models.tokenizer import build_synthetic_tokenizer
@@ -37,6 +38,9 @@ def _load_preset(name: str, cache_dir: str | Path | None) -> PreTrainedTokenizer
 def _load_directory(path: Path) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
+    from canvaslab.models.loading import check_checkpoint_json
+
+    check_checkpoint_json(path)
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError, KeyError) as error:
@@ -52,7 +56,7 @@ def resolve_tokenizer(spec: str, cache_dir: str | Path | None = None) -> PreTrai
     """
     if spec in TOKENIZER_PRESETS:
         tokenizer = _load_preset(spec, cache_dir)
-    elif Path(spec).expanduser().is_dir():
+    elif checked_path("--tokenizer", spec).expanduser().is_dir():
         tokenizer = _load_directory(Path(spec).expanduser())
     else:
         presets = ", ".join(TOKENIZER_PRESETS)
