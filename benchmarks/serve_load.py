@@ -97,14 +97,16 @@ def main() -> None:
         measured["seconds"] = time.perf_counter() - started
         result["runs"][name] = measured
         write_json_atomic(path, result)
+        # each run recorded at once: a run cut short keeps the ones done, with their manifest
+        record_result(path, shows="probe answers of `canvaslab serve` alone and amid concurrent random traffic per "
+                      "mode and batching: how many differ, requests/s, completion and canvas tokens/s, latency "
+                      "p50/p99, time to a stream's first chunk p50/p99 and batch or pass sizes",
+                      environment=result["environment"])
         for level in measured["levels"]:
             print({"run": name, **{key: level[key] for key in (
                 "concurrency", "probe_answers", "differing", "requests", "errors", "requests_per_s", "tokens_per_s",
                 "canvas_tokens_per_s", "latency_p50_s", "latency_p99_s", "first_chunk_p50_s", "batch_sizes")}},
                   flush=True)
-    record_result(path, shows="probe answers of `canvaslab serve` alone and amid concurrent random traffic per mode "
-                  "and batching: how many differ, requests/s, completion and canvas tokens/s, latency p50/p99, time "
-                  "to a stream's first chunk p50/p99 and batch or pass sizes", environment=result["environment"])
     print({name: {"differing": measured["differing"], "probe_answers": measured["probe_answers"]}
            for name, measured in result["runs"].items()})
 
