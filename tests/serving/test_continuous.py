@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from canvaslab.errors import CanvaslabError
+from canvaslab.serving import Engine, ServeSettings
 from canvaslab.serving.loadtest import canonical
 from serving_helpers import served
 
@@ -96,3 +99,8 @@ def test_freed_places_are_refilled_and_every_answer_is_its_own(tiny):
     assert samples["canvaslab_pass_rows_sum"] == 12 * 3  # 6 rows alone, then together; 3 passes each (one canvas)
     assert samples["canvaslab_pass_seconds_count"] == samples["canvaslab_pass_rows_count"]
     assert samples["canvaslab_running_rows"] == 0 and samples["canvaslab_queue_rows"] == 0
+
+
+def test_an_unknown_batching_is_refused_before_serving(tiny):
+    with pytest.raises(CanvaslabError, match="batching 'dynamic'"):
+        Engine(tiny, ServeSettings("tiny", batching="dynamic"))
