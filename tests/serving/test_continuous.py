@@ -51,7 +51,7 @@ def test_a_late_request_joins_the_running_batch_and_answers_the_bytes_it_has_alo
     first_body, late_body = {**BODY, "seed": 1}, {**BODY, "seed": 2, "prompt": "why is the sky blue"}
 
     async def main():
-        async with served(tiny, steps=4) as (engine, client):
+        async with served(tiny, steps=4, batching="continuous") as (engine, client):
             alone = await _answers(client, [first_body, late_body])
             passes = HeldPasses(engine.continuous.stepper)
             first = asyncio.ensure_future(client.post("/v1/completions", json=first_body))
@@ -81,7 +81,7 @@ def test_freed_places_are_refilled_and_every_answer_is_its_own(tiny):
                     if line.startswith("data: {")]
 
     async def main():
-        async with served(tiny, steps=3, max_batch=2) as (engine, client):
+        async with served(tiny, steps=3, max_batch=2, batching="continuous") as (engine, client):
             alone = await _answers(client, bodies)
             stream_alone = await read_stream(client)
             engine.batch_sizes.clear()

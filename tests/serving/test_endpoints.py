@@ -41,7 +41,7 @@ def test_a_drawn_seed_is_returned_and_reproduces_the_answer(tiny):
 
 def test_metrics_count_requests_batches_passes_tokens_and_latency(tiny):
     async def main():
-        async with served(tiny, batch_window_ms=200, batching="static") as (_, client):
+        async with served(tiny, batch_window_ms=200) as (_, client):
             answers = await asyncio.gather(*(client.post("/v1/completions", json={**BODY, "seed": s}) for s in range(3)))
             await client.post("/v1/completions", json={**BODY, "temperature": 0.2})
             return answers, await client.get("/metrics")

@@ -16,7 +16,7 @@ from serving_helpers import STEPS, Gate
 @pytest.fixture(scope="module")
 def server(tiny):
     gate = Gate(hold=False)
-    engine = Engine(tiny, ServeSettings("tiny", steps=STEPS, batching="static"), generate=gate)  # the gate holds a batch
+    engine = Engine(tiny, ServeSettings("tiny", steps=STEPS), generate=gate)
     with running_server(create_app(engine)) as url:
         yield url, engine, gate
     gate.release.set()

@@ -32,7 +32,7 @@ def serve(
     = 8000,
     batching: Annotated[str, typer.Option("--batching", help="continuous (rows join and leave the running batch at "
                                           "each denoising pass) | static (a batch runs until its last row ends)",
-                                          callback=options.one_of(choices.BATCHINGS))] = "continuous",
+                                          callback=options.one_of(choices.BATCHINGS))] = "static",
     max_batch: Annotated[int, typer.Option("--max-batch", help="most rows (choices) per batch",
                                            callback=options.whole_number(1, choices.MAX_BATCH))] = 8,
     batch_window_ms: Annotated[int, typer.Option("--batch-window-ms", help="static batching: how long the oldest "

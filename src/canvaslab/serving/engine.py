@@ -1,11 +1,11 @@
 """Batching for ``canvaslab serve``: requests queue on the event loop, one model thread runs them.
 
-Every choice of a request is one *row*. A row waits in a queue on the event loop. With ``batching="continuous"``
-(the default) rows join the running batch at the next denoising pass and leave it when they finish
-(``canvaslab.serving.scheduler``). With ``batching="static"`` a batching task takes the oldest row and, for up to
-``batch_window_ms`` after that row arrived, gathers the rows behind it that need the same number of canvases, up to
-``max_batch`` rows; the batch then runs to its end on the one model thread through canvaslab's ``generate``. Both
-draw from per-row random streams (``rng="row"``) in the server's mode.
+Every choice of a request is one *row*. A row waits in a queue on the event loop. With ``batching="static"`` (the
+default) a batching task takes the oldest row and, for up to ``batch_window_ms`` after that row arrived, gathers the
+rows behind it that need the same number of canvases, up to ``max_batch`` rows; the batch then runs to its end on
+the one model thread through canvaslab's ``generate``. With ``batching="continuous"`` rows join the running batch
+at the next denoising pass and leave it when they finish (``canvaslab.serving.scheduler``). Both draw from per-row
+random streams (``rng="row"``) in the server's mode.
 
 A row's random stream is keyed by the row itself, never by its place in a batch: its key is a hash of its
 prompt's token ids, its seed and its choice index (``row_key``), and the call-level seed is the constant 0.
@@ -50,7 +50,7 @@ class ServeSettings:
     batch_window_ms: float = 10.0
     max_queue: int = 256
     steps: Optional[int] = None  # max denoising steps per canvas (None: the model's)
-    batching: str = "continuous"  # "continuous": rows join and leave at pass boundaries; "static": whole batches
+    batching: str = "static"  # "static": whole batches; "continuous": rows join and leave at pass boundaries
 
 
 def row_key(prompt_ids: Sequence[int], seed: int, index: int) -> str:
