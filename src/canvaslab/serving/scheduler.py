@@ -113,7 +113,7 @@ class ContinuousBatching:
     # ---- the model thread ----------------------------------------------------------------------------------
 
     def _pass(self, joining: list["Row"], loop) -> _PassResult:
-        """The joining rows started, then one pass over every running row."""
+        """The joining rows started, then passes over every running row until one waits, leaves or fails."""
         engine, result = self.engine, _PassResult()
         for row in joining:
             try:
@@ -126,8 +126,16 @@ class ContinuousBatching:
                 continue
             stream = engine.row_stream(row, loop)
             self.running.append(_Running(row, state, stream, loop.time()))
-        if not self.running:
-            return result
+        # While no row waits, leaves or is cancelled, the next pass follows on this thread: a return to the event
+        # loop between passes would leave the model idle while the loop serves the clients' connections.
+        while self.running and self._one_pass(result) and not engine._pending and not any(
+                entry.state.done or entry.row.cancelled for entry in self.running):
+            pass
+        return result
+
+    def _one_pass(self, result: _PassResult) -> bool:
+        """One pass over the running rows; False when a row failed (its error is to be delivered)."""
+        engine = self.engine
         started = time.perf_counter()
         try:
             reports = self.stepper.step([entry.state for entry in self.running])
@@ -147,7 +155,7 @@ class ContinuousBatching:
                 entry.stream.draft(report.draft)
                 if report.committed is not None:
                     entry.stream.commit(report.committed)
-        return result
+        return not result.failed
 
     def _alone(self, result: _PassResult) -> list["PassReport"]:
         """The pass rerun for each row alone; a row that fails alone leaves with its error."""
