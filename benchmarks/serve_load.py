@@ -1,10 +1,12 @@
 """The serving proof under load: `canvaslab serve`'s app under uvicorn on localhost, fixed probe requests answered
 alone, then again amid C concurrent clients' random traffic (random prompts of random lengths, max_tokens, seeds
-and n; completions, chat and a stream) for each C. Per mode: how many probe answers differ from their answers
-alone (all bytes but id and created), requests/s, completion tokens/s, latency p50/p99 and the batch sizes formed.
+and n; completions, chat and streams) for each C. Per mode and batching (continuous: rows join and leave at pass
+boundaries; static: whole batches): how many probe answers differ from their answers alone (all bytes but id and
+created), requests/s, completion and canvas tokens/s, latency p50/p99, a stream's time to its first chunk p50/p99
+and the batch (static) or pass (continuous) sizes.
 
-    python benchmarks/serve_load.py --model mini --dtype float32 --modes invariant,stock --levels 1,4,16,64 \\
-        --steps 2 --repeats 1 --max-tokens 64 --out OUT
+    python benchmarks/serve_load.py --model mini --dtype float32 --modes invariant,stock \\
+        --batchings continuous,static --levels 1,4,16,64 --steps 8 --repeats 1 --max-tokens 64 --out OUT
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from canvaslab.choices import BATCHINGS, MODES
 from canvaslab.environment import environment_fingerprint, record_result
 from canvaslab.io import write_json_atomic
 from canvaslab.models import load_model
@@ -34,19 +37,23 @@ def whole_numbers(text: str) -> list[int]:
     return values
 
 
-def names(text: str) -> list[str]:
-    values = [part.strip() for part in text.split(",") if part.strip()]
-    bad = [value for value in values if value not in ("stock", "rowwise", "invariant")]
-    if bad or not values:
-        raise argparse.ArgumentTypeError(f"{text!r}: give modes among stock, rowwise, invariant")
-    return values
+def names_among(choices: tuple[str, ...], what: str):
+    def names(text: str) -> list[str]:
+        values = [part.strip() for part in text.split(",") if part.strip()]
+        bad = [value for value in values if value not in choices]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(f"{text!r}: give {what} among {', '.join(choices)}")
+        return values
+
+    return names
 
 
 async def measure(url: str, engine: Engine, levels: list[int], budget: int, probes, repeats: int, seed: int) -> dict:
     limits = httpx.Limits(max_connections=max(levels) + len(probes) + 8, max_keepalive_connections=None)
     async with httpx.AsyncClient(base_url=url, timeout=3600, limits=limits) as client:
         return await probe_under_load(client, engine.settings.model, levels, budget=budget, probes=probes,
-                                      repeats=repeats, seed=seed, batch_sizes=lambda: engine.batch_sizes)
+                                      repeats=repeats, seed=seed, canvas_length=engine.canvas_length,
+                                      batch_sizes=lambda: engine.batch_sizes)
 
 
 def main() -> None:
@@ -55,7 +62,10 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     parser.add_argument("--layers", type=int, default=None, help="keep the first N layers (presets)")
-    parser.add_argument("--modes", type=names, default=["invariant", "stock"], help="comma-separated, run in order")
+    parser.add_argument("--modes", type=names_among(MODES, "modes"), default=["invariant", "stock"],
+                        help="comma-separated, run in order")
+    parser.add_argument("--batchings", type=names_among(BATCHINGS, "batchings"), default=["continuous", "static"],
+                        help="comma-separated, run in order for each mode")
     parser.add_argument("--levels", type=whole_numbers, default=[1, 4, 16, 64],
                         help="numbers of concurrent other clients, comma-separated (default 1,4,16,64)")
     parser.add_argument("--steps", type=int, default=None, help="max denoising steps per canvas (default: the model's)")
@@ -73,10 +83,11 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "serve_load.json"
     result = {"environment": environment_fingerprint(loaded.model, loaded.device, model_source=loaded.source),
-              "config": {key: value for key, value in vars(args).items() if key != "out"}, "modes": {}}
-    for mode in args.modes:
+              "config": {key: value for key, value in vars(args).items() if key != "out"}, "runs": {}}
+    for mode, batching in [(mode, batching) for mode in args.modes for batching in args.batchings]:
+        name = f"{mode}/{batching}"
         settings = ServeSettings(args.model, mode=mode, max_batch=args.max_batch, batch_window_ms=args.batch_window_ms,
-                                 max_queue=args.max_queue, steps=args.steps)
+                                 max_queue=args.max_queue, steps=args.steps, batching=batching)
         engine = Engine(loaded, settings)
         budget = min(args.max_tokens or engine.budget, engine.budget)
         probes = [dataclasses.replace(probe, body={"max_tokens": budget, **probe.body}) for probe in default_probes()]
@@ -84,17 +95,20 @@ def main() -> None:
         with running_server(create_app(engine)) as url:
             measured = asyncio.run(measure(url, engine, args.levels, budget, probes, args.repeats, args.seed))
         measured["seconds"] = time.perf_counter() - started
-        result["modes"][mode] = measured
+        result["runs"][name] = measured
         write_json_atomic(path, result)
+        # each run recorded at once: a run cut short keeps the ones done, with their manifest
+        record_result(path, shows="probe answers of `canvaslab serve` alone and amid concurrent random traffic per "
+                      "mode and batching: how many differ, requests/s, completion and canvas tokens/s, latency "
+                      "p50/p99, time to a stream's first chunk p50/p99 and batch or pass sizes",
+                      environment=result["environment"])
         for level in measured["levels"]:
-            print({"mode": mode, **{key: level[key] for key in (
+            print({"run": name, **{key: level[key] for key in (
                 "concurrency", "probe_answers", "differing", "requests", "errors", "requests_per_s", "tokens_per_s",
-                "latency_p50_s", "latency_p99_s", "batch_sizes")}}, flush=True)
-    record_result(path, shows="probe answers of `canvaslab serve` alone and amid concurrent random traffic: how many "
-                  "differ per mode, requests/s, tokens/s, latency p50/p99 and batch sizes formed",
-                  environment=result["environment"])
-    print({mode: {"differing": measured["differing"], "probe_answers": measured["probe_answers"]}
-           for mode, measured in result["modes"].items()})
+                "canvas_tokens_per_s", "latency_p50_s", "latency_p99_s", "first_chunk_p50_s", "batch_sizes")}},
+                  flush=True)
+    print({name: {"differing": measured["differing"], "probe_answers": measured["probe_answers"]}
+           for name, measured in result["runs"].items()})
 
 
 if __name__ == "__main__":

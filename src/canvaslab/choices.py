@@ -29,6 +29,7 @@ PRESET_NAMES = ("tiny", "real-shapes")  # random-weight presets (canvaslab.model
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: the checkpoint's own
 RNGS = ("row", "stock")  # row: a random stream per row; stock: transformers' own sampling
 MODES = ("stock", "rowwise", "invariant")  # canvaslab.invariant.modes
+BATCHINGS = ("continuous", "static")  # canvaslab serve: rows join at pass boundaries, or whole batches
 SCAN_MODES = (*MODES, "both")  # the op scan's --mode: both = stock and invariant
 FILLS = ("copies", "mixed")  # what shares the studied row's batch
 REPEAT_CONTROLS = ("fresh-process", "same-process")  # where the B=1 repeat runs

@@ -302,14 +302,17 @@ def smoke_mini_h200_calls(tmp_path, request):
 
 def smoke_serve_load(tmp_path, request):
     out = tmp_path / "serve"
-    python("serve_load.py", "--model", "tiny", "--device", "cpu", "--modes", "invariant,stock", "--levels", "1,4",
-           "--steps", "2", "--repeats", "1", "--out", str(out))
-    result = read(out / "serve_load.json", "environment", "config", "modes")
-    assert list(result["modes"]) == ["invariant", "stock"]
-    invariant = result["modes"]["invariant"]
-    assert invariant["differing"] == 0 and invariant["probe_answers"] == 2 * 4
-    assert {"requests_per_s", "tokens_per_s", "latency_p50_s", "latency_p99_s", "batch_sizes"} <= set(
-        invariant["levels"][0])
+    python("serve_load.py", "--model", "tiny", "--device", "cpu", "--modes", "invariant,stock", "--batchings",
+           "continuous,static", "--levels", "1,4", "--steps", "2", "--repeats", "1", "--out", str(out))
+    result = read(out / "serve_load.json", "environment", "config", "runs")
+    assert list(result["runs"]) == ["invariant/continuous", "invariant/static", "stock/continuous", "stock/static"]
+    for name in ("invariant/continuous", "invariant/static"):
+        invariant = result["runs"][name]
+        assert invariant["differing"] == 0 and invariant["probe_answers"] == 2 * 4
+    level = result["runs"]["invariant/continuous"]["levels"][0]
+    assert {"requests_per_s", "tokens_per_s", "canvas_tokens_per_s", "latency_p50_s", "latency_p99_s",
+            "first_chunk_p50_s", "first_chunk_p99_s", "batch_sizes"} <= set(level)
+    assert level["canvas_tokens_per_s"] >= level["tokens_per_s"] > 0 and level["first_chunk_p50_s"] > 0
 
 
 def smoke_serve_hostile(tmp_path, request):

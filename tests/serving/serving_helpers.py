@@ -17,7 +17,8 @@ STEPS = 2
 
 @contextlib.asynccontextmanager
 async def served(loaded, name: str = "tiny", generate=None, **settings):
-    """``(engine, client)``: the app on ``loaded`` with its lifespan running, and a client talking to it."""
+    """``(engine, client)``: the app on ``loaded`` with its lifespan running, and a client talking to it. A
+    ``generate`` stand-in is what static batching (the default) calls."""
     engine = Engine(loaded, ServeSettings(name, **{"steps": STEPS, **settings}), generate=generate)
     app = create_app(engine)
     async with app.router.lifespan_context(app):

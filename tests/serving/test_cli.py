@@ -21,6 +21,7 @@ from canvaslab.cli.main import app
 
 @pytest.mark.parametrize("args, fragment", [
     (["--mode", "fast"], "--mode 'fast'"),
+    (["--batching", "dynamic"], "--batching 'dynamic'"),
     (["--port", "0"], "--port 0"),
     (["--port", "70000"], "--port 70000"),
     (["--max-batch", "0"], "--max-batch 0"),

@@ -19,9 +19,10 @@ MINI_LEVELS = (1, 4)
 MINI_BUDGET = 32  # one of mini's 128-token canvases
 
 
-def test_every_probe_is_byte_identical_to_its_answer_alone(tiny):
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_every_probe_is_byte_identical_to_its_answer_alone(tiny, batching):
     async def main():
-        async with served(tiny, mode="invariant", max_batch=8) as (engine, client):
+        async with served(tiny, mode="invariant", max_batch=8, batching=batching) as (engine, client):
             return await probe_under_load(client, "tiny", LEVELS, budget=engine.budget,
                                           batch_sizes=lambda: engine.batch_sizes), engine
 
@@ -34,14 +35,17 @@ def test_every_probe_is_byte_identical_to_its_answer_alone(tiny):
         seen = [rows for answers in level["probe_batch_rows"].values() for rows in answers if rows is not None]
         # the probes shared their batches with other clients' rows: batches larger than all probes together
         assert max(seen) > probe_rows, level
-    assert max(engine.batch_sizes) == 8  # the 16 clients filled batches
+    assert max(engine.batch_sizes) == 8  # the 16 clients filled batches (continuous: passes)
 
 
-def test_several_canvases_are_batched_and_answered_the_same(tiny_short_canvas):
-    """A 32-token canvas: answers of 1 to 3 canvases, batched by the canvases they need; the probes' stop points
-    keep only their own canvases."""
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_several_canvases_are_batched_and_answered_the_same(tiny_short_canvas, batching):
+    """A 32-token canvas: answers of 1 to 3 canvases, batched by the canvases they need (continuously: rows of any
+    canvases share passes, joining while others are on later canvases); the probes' stop points keep only their own
+    canvases."""
     async def main():
-        async with served(tiny_short_canvas, name="short", mode="invariant", max_batch=6) as (engine, client):
+        async with served(tiny_short_canvas, name="short", mode="invariant", max_batch=6, batching=batching) as (
+                engine, client):
             return await probe_under_load(client, "short", (4,), budget=96, repeats=1)
 
     result = asyncio.run(main())

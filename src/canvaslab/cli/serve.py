@@ -31,10 +31,13 @@ def serve(
                                       callback=_host)] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="port to listen on", callback=options.whole_number(1, 65535))]
     = 8000,
+    batching: Annotated[str, typer.Option("--batching", help="continuous (rows join and leave the running batch at "
+                                          "each denoising pass) | static (a batch runs until its last row ends)",
+                                          callback=options.one_of(choices.BATCHINGS))] = "static",
     max_batch: Annotated[int, typer.Option("--max-batch", help="most rows (choices) per batch",
                                            callback=options.whole_number(1, choices.MAX_BATCH))] = 8,
-    batch_window_ms: Annotated[int, typer.Option("--batch-window-ms", help="how long the oldest waiting row waits "
-                                                 "for others to share its batch",
+    batch_window_ms: Annotated[int, typer.Option("--batch-window-ms", help="static batching: how long the oldest "
+                                                 "waiting row waits for others to share its batch",
                                                  callback=options.whole_number(0, 60_000))] = 10,
     max_queue: Annotated[int, typer.Option("--max-queue", help="most rows waiting; more are refused with 429",
                                            callback=options.whole_number(1, 1_000_000))] = 256,
@@ -71,9 +74,10 @@ def serve(
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
     engine = Engine(loaded, ServeSettings(model=model, mode=mode, max_batch=max_batch,
-                                          batch_window_ms=batch_window_ms, max_queue=max_queue, steps=steps))
+                                          batch_window_ms=batch_window_ms, max_queue=max_queue, steps=steps,
+                                          batching=batching))
     shown = f"[{host}]" if ":" in host else host
-    console.print(f"serving {model} ({mode} mode, {loaded.device}) at http://{shown}:{port}/v1; "
+    console.print(f"serving {model} ({mode} mode, {batching} batching, {loaded.device}) at http://{shown}:{port}/v1; "
                   "Ctrl-C or SIGTERM answers the requests in flight, then stops")
     limits = ServerOptions(max_connections=max_connections, read_timeout_s=read_timeout,
                            drain_timeout_s=drain_timeout, access_log=access_log)

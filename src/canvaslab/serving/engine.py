@@ -1,16 +1,18 @@
-"""Dynamic batching for ``canvaslab serve``: requests queue on the event loop, one model thread runs batches.
+"""Batching for ``canvaslab serve``: requests queue on the event loop, one model thread runs them.
 
-Every choice of a request is one *row*. A row waits in a queue on the event loop; a batching task takes the
-oldest row and, for up to ``batch_window_ms`` after that row arrived, gathers the rows behind it that need the
-same number of canvases, up to ``max_batch`` rows. The batch then runs on the one model thread through
-canvaslab's ``generate`` with per-row random streams (``rng="row"``) in the server's mode.
+Every choice of a request is one *row*. A row waits in a queue on the event loop. With ``batching="static"`` (the
+default) a batching task takes the oldest row and, for up to ``batch_window_ms`` after that row arrived, gathers the
+rows behind it that need the same number of canvases, up to ``max_batch`` rows; the batch then runs to its end on
+the one model thread through canvaslab's ``generate``. With ``batching="continuous"`` rows join the running batch
+at the next denoising pass and leave it when they finish (``canvaslab.serving.scheduler``). Both draw from per-row
+random streams (``rng="row"``) in the server's mode.
 
 A row's random stream is keyed by the row itself, never by its place in a batch: its key is a hash of its
 prompt's token ids, its seed and its choice index (``row_key``), and the call-level seed is the constant 0.
 With ``mode="invariant"`` the numerics are batch-invariant too, so a row's tokens, text and stop point are
 the same bytes whatever shares its batch and wherever it sits in it.
 
-A batch that raises is rerun row by row, so one bad row fails only its own request. A row whose client went
+A static batch that raises is rerun row by row, so one bad row fails only its own request. A row whose client went
 away is dropped from the queue, or its result is dropped if it is already running.
 """
 
@@ -30,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from canvaslab.choices import MAX_SEED
+from canvaslab.choices import BATCHINGS, MAX_SEED, one_of
 from canvaslab.errors import CanvaslabError
 from canvaslab.serving.metrics import Metrics
 from canvaslab.serving.protocol import APIError, CompletionRequest, invalid
@@ -48,6 +50,7 @@ class ServeSettings:
     batch_window_ms: float = 10.0
     max_queue: int = 256
     steps: Optional[int] = None  # max denoising steps per canvas (None: the model's)
+    batching: str = "static"  # "static": whole batches; "continuous": rows join and leave at pass boundaries
 
 
 def row_key(prompt_ids: Sequence[int], seed: int, index: int) -> str:
@@ -100,51 +103,65 @@ class _StreamState:
     done: bool = False
 
 
+class RowStream:
+    """A streaming row's chunks from its drafts and committed canvases, as transformers' loop hands them over: a
+    draft (the argmax canvas) after every denoising pass, each committed canvas (tokens after the end-of-sequence
+    token already replaced by padding) at the canvas's end. A row's argmax canvas stops changing once its own stop
+    fired, so emitting a draft only when it changed makes a row's chunks its own: the same whatever shares its
+    passes."""
+
+    def __init__(self, engine: "Engine", row: Row, loop: asyncio.AbstractEventLoop):
+        self.engine, self.row, self.loop, self.state = engine, row, loop, _StreamState()
+
+    def _emit(self, event: dict) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
+            self.loop.call_soon_threadsafe(self.row.events.put_nowait, event)
+
+    def draft(self, tokens: list[int]) -> None:
+        state, row = self.state, self.row
+        if state.done or row.cancelled:
+            return
+        state.passes += 1
+        if tokens != state.last:
+            state.last = tokens
+            self._emit({"type": "draft", "index": row.index, "canvas": state.canvas, "pass": state.passes,
+                        "token_ids": tokens, "text": self.engine.decode(tokens)})
+
+    def commit(self, tokens: list[int]) -> None:
+        state, row = self.state, self.row
+        if state.done or row.cancelled:
+            return
+        state.committed.extend(tokens)
+        canvas, state.canvas, state.passes, state.last = state.canvas, state.canvas + 1, 0, None
+        eos = self.engine.eos_position(state.committed)
+        cut = min(len(state.committed) if eos is None else eos, row.max_tokens)
+        state.done = eos is not None or len(state.committed) >= row.max_tokens
+        text = self.engine.decode(state.committed[:cut])
+        if text.startswith(row.sent) and not text.endswith("\ufffd") and len(text) > len(row.sent):
+            delta, row.sent = text[len(row.sent):], text
+            self._emit({"type": "commit", "index": row.index, "canvas": canvas, "text": delta})
+
+
 class _CanvasStreamer:
-    """transformers' streamer protocol as DiffusionGemma's loop calls it: ``put`` with the prompt, then with
-    each committed canvas (tokens after the end-of-sequence token already replaced by padding), and
-    ``put_draft`` with the argmax canvas after every denoising pass. A row's argmax canvas stops changing once
-    its own stop fired, so emitting a draft only when it changed makes a row's chunks its own: the same
-    whatever shares its batch."""
+    """transformers' streamer protocol as DiffusionGemma's loop calls it (``put`` with the prompt, then with each
+    committed canvas; ``put_draft`` after every pass), handed to each streaming row of the batch."""
 
     def __init__(self, engine: "Engine", streams: list[tuple[int, Row]], loop: asyncio.AbstractEventLoop):
-        self.engine, self.loop = engine, loop
-        self.states = [(b, row, _StreamState()) for b, row in streams]
+        self.streams = [(b, RowStream(engine, row, loop)) for b, row in streams]
         self.prompt_seen = False
-
-    def _emit(self, row: Row, event: dict) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
-            self.loop.call_soon_threadsafe(row.events.put_nowait, event)
 
     def put_draft(self, value) -> None:
         value = value.tolist()
-        for b, row, state in self.states:
-            if state.done or row.cancelled:
-                continue
-            state.passes += 1
-            tokens = value[b]
-            if tokens != state.last:
-                state.last = tokens
-                self._emit(row, {"type": "draft", "index": row.index, "canvas": state.canvas, "pass": state.passes,
-                                 "token_ids": tokens, "text": self.engine.decode(tokens)})
+        for b, stream in self.streams:
+            stream.draft(value[b])
 
     def put(self, value) -> None:
         if not self.prompt_seen:
             self.prompt_seen = True
             return
         value = value.tolist()
-        for b, row, state in self.states:
-            if state.done or row.cancelled:
-                continue
-            state.committed.extend(value[b])
-            canvas, state.canvas, state.passes, state.last = state.canvas, state.canvas + 1, 0, None
-            eos = self.engine.eos_position(state.committed)
-            cut = min(len(state.committed) if eos is None else eos, row.max_tokens)
-            state.done = eos is not None or len(state.committed) >= row.max_tokens
-            text = self.engine.decode(state.committed[:cut])
-            if text.startswith(row.sent) and not text.endswith("\ufffd") and len(text) > len(row.sent):
-                delta, row.sent = text[len(row.sent):], text
-                self._emit(row, {"type": "commit", "index": row.index, "canvas": canvas, "text": delta})
+        for b, stream in self.streams:
+            stream.commit(value[b])
 
     def end(self) -> None:
         pass
@@ -157,6 +174,7 @@ class Engine:
                  metrics: Optional[Metrics] = None):
         from canvaslab.generation.runner import context_refusal, max_prompt_tokens
 
+        one_of("batching", settings.batching, BATCHINGS)
         if generate is None:
             from canvaslab.generation import generate
         self.loaded, self.settings, self._generate = loaded, settings, generate
@@ -178,7 +196,8 @@ class Engine:
         self._task: Optional[asyncio.Task] = None
         self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.closing = False
-        self.batch_sizes: collections.Counter[int] = collections.Counter()
+        self.continuous = None  # the continuous batching task's state, from start on (batching="continuous")
+        self.batch_sizes: collections.Counter[int] = collections.Counter()  # rows per batch (static) or pass
         self._batch_seconds = 0.0  # a moving average, for Retry-After
 
     # ---- what the HTTP layer asks ------------------------------------------------------------------------
@@ -278,6 +297,10 @@ class Engine:
         self.closing = False
         self._arrived = asyncio.Event()
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="canvaslab-model")
+        if self.settings.batching == "continuous":
+            from canvaslab.serving.scheduler import ContinuousBatching
+
+            self.continuous = ContinuousBatching(self)
         self._task = asyncio.create_task(self._batches(), name="canvaslab-batches")
 
     async def stop(self) -> None:
@@ -301,6 +324,9 @@ class Engine:
         return rows[: self.settings.max_batch]
 
     async def _batches(self) -> None:
+        if self.continuous is not None:
+            await self.continuous.run()
+            return
         loop = asyncio.get_running_loop()
         window = self.settings.batch_window_ms / 1000
         while True:
@@ -394,9 +420,16 @@ class Engine:
         self._batch_seconds = seconds if not self._batch_seconds else 0.8 * self._batch_seconds + 0.2 * seconds
         return outcomes
 
+    def generation_settings(self, row: Row) -> dict[str, Any]:
+        """The generation settings of ``row`` (rows needing the same canvases share them)."""
+        return {"max_denoising_steps": self.settings.steps, "max_new_tokens": row.canvases * self.canvas_length}
+
+    def row_stream(self, row: Row, loop) -> Optional[RowStream]:
+        """The chunks of a streaming row (None for a row that does not stream)."""
+        return None if row.events is None else RowStream(self, row, loop)
+
     def _generate_rows(self, rows: list[Row], loop) -> tuple[list[RowOutcome], int]:
-        generation = {"max_denoising_steps": self.settings.steps,
-                      "max_new_tokens": rows[0].canvases * self.canvas_length}
+        generation = self.generation_settings(rows[0])
         streams = [(b, row) for b, row in enumerate(rows) if row.events is not None]
         with self._streaming(streams, loop):
             output = self._generate(self.loaded, [row.prompt_ids for row in rows], seed=0, rng="row",

@@ -2,7 +2,7 @@
 
 Each probe is sent alone first (one at a time, nothing else in flight). Then, for each concurrency level C,
 C other clients send random requests back to back (random prompts of random lengths, random ``max_tokens``,
-seeds and ``n``, completions and chat), and while they do, the probes are sent again, all at once. A probe
+seeds and ``n``, completions and chat, a quarter of them streamed), and while they do, the probes are sent again, all at once. A probe
 *differs* when its answer's bytes, all but ``id`` and ``created``, differ from its answer alone (for a stream:
 the sequence of its chunks). In invariant mode none may differ.
 
@@ -61,6 +61,12 @@ class Answer:
     latency_s: float
     completion_tokens: int
     batch_rows: Optional[int]  # the size of the batch its first choice ran in (non-streamed answers)
+    canvases: int = 0  # canvases generated for its choices (``stop_point``'s ``passes``, one entry a canvas)
+    first_chunk_s: Optional[float] = None  # a stream's time to its first chunk
+
+
+def _canvases(choice: dict[str, Any]) -> int:
+    return len((choice.get("stop_point") or {}).get("passes") or [])
 
 
 async def send(client, model: str, path: str, body: dict[str, Any]) -> Answer:
@@ -68,11 +74,13 @@ async def send(client, model: str, path: str, body: dict[str, Any]) -> Answer:
     payload = {"model": model, **body}
     started = time.perf_counter()
     if body.get("stream"):
-        chunks, tokens = [], 0
+        chunks, tokens, canvases, first = [], 0, 0, None
         async with client.stream("POST", path, json=payload) as response:
             async for line in response.aiter_lines():
                 if not line.startswith("data: "):
                     continue
+                if first is None:
+                    first = time.perf_counter() - started
                 data = line[len("data: "):]
                 if data == "[DONE]":
                     chunks.append(data)
@@ -81,20 +89,26 @@ async def send(client, model: str, path: str, body: dict[str, Any]) -> Answer:
                 for choice in json.loads(data).get("choices", []):
                     if choice.get("finish_reason") is not None:
                         tokens += len(choice.get("token_ids", []))
+                        canvases += _canvases(choice)
             status = response.status_code
-        return Answer(status, "\n".join(chunks), time.perf_counter() - started, tokens, None)
+        return Answer(status, "\n".join(chunks), time.perf_counter() - started, tokens, None, canvases, first)
     response = await client.post(path, json=payload)
     rows = response.headers.get("x-canvaslab-batch-rows")
-    tokens = response.json().get("usage", {}).get("completion_tokens", 0) if response.status_code == 200 else 0
-    return Answer(response.status_code, canonical(response.content) if response.status_code == 200 else
-                  response.text, time.perf_counter() - started, tokens, int(rows) if rows else None)
+    ok = response.status_code == 200
+    tokens = response.json().get("usage", {}).get("completion_tokens", 0) if ok else 0
+    canvases = sum(_canvases(choice) for choice in response.json().get("choices", [])) if ok else 0
+    return Answer(response.status_code, canonical(response.content) if ok else response.text,
+                  time.perf_counter() - started, tokens, int(rows) if rows else None, canvases)
 
 
 def random_request(rng: random.Random, budget: int) -> tuple[str, dict[str, Any]]:
-    """A random completion or chat request: 1 to 40 random words, random max_tokens, seed and n."""
+    """A random completion or chat request: 1 to 40 random words, random max_tokens, seed and n; a quarter
+    streamed."""
     text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 40)))
     body: dict[str, Any] = {"max_tokens": rng.randint(1, budget), "seed": rng.randrange(2**31),
                             "n": rng.choice((1, 1, 1, 2))}
+    if rng.random() < 0.25:
+        body["stream"] = True
     if rng.random() < 0.3:
         return "/v1/chat/completions", {**body, "messages": [{"role": "user", "content": text}]}
     return "/v1/completions", {**body, "prompt": text}
@@ -120,11 +134,12 @@ def _percentile(values: Sequence[float], q: float) -> Optional[float]:
 
 async def probe_under_load(client, model: str, levels: Sequence[int], *, budget: int,
                            probes: Optional[Sequence[Probe]] = None, repeats: int = 2, seed: int = 0,
-                           max_requests: int = 1000,
+                           max_requests: int = 1000, canvas_length: Optional[int] = None,
                            batch_sizes: Optional[Callable[[], collections.Counter]] = None) -> dict[str, Any]:
     """The probes alone, then amid each level's traffic. ``client``: an ``httpx.AsyncClient`` whose base URL is
     the server; ``budget``: the largest ``max_tokens`` the other clients ask for; ``repeats``: how many times each
-    probe is sent, back to back, at each level; ``batch_sizes``: the server's count of batches formed per size
+    probe is sent, back to back, at each level; ``canvas_length``: the model's, for canvas tokens per second;
+    ``batch_sizes``: the server's count of batches (or, batching continuously, passes) per size
     (``Engine.batch_sizes``), when it runs in this process.
 
     At each level the other clients and the probes start together, in a shuffled order, so the probes' first
@@ -158,6 +173,7 @@ async def probe_under_load(client, model: str, levels: Sequence[int], *, budget:
         answers = [*probe_answers, *other_answers]
         ok = [answer for answer in answers if answer.status == 200]
         latencies = [answer.latency_s for answer in ok]
+        first_chunks = [answer.first_chunk_s for answer in ok if answer.first_chunk_s is not None]
         entry = {
             "concurrency": clients,
             "probe_answers": len(probe_answers),
@@ -172,7 +188,12 @@ async def probe_under_load(client, model: str, levels: Sequence[int], *, budget:
             "tokens_per_s": sum(answer.completion_tokens for answer in ok) / seconds,
             "latency_p50_s": _percentile(latencies, 0.5),
             "latency_p99_s": _percentile(latencies, 0.99),
+            "streams": len(first_chunks),
+            "first_chunk_p50_s": _percentile(first_chunks, 0.5),
+            "first_chunk_p99_s": _percentile(first_chunks, 0.99),
         }
+        if canvas_length:
+            entry["canvas_tokens_per_s"] = sum(answer.canvases for answer in ok) * canvas_length / seconds
         if batch_sizes:
             formed = collections.Counter(batch_sizes()) - before
             entry["batch_sizes"] = {str(size): formed[size] for size in sorted(formed)}

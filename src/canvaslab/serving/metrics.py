@@ -9,6 +9,7 @@ from __future__ import annotations
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256)
+PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 
 
@@ -30,6 +31,11 @@ class Metrics:
                                     registry=registry)
         self.batch_seconds = Histogram("canvaslab_batch_seconds", "wall time of one batch's generation",
                                        buckets=LATENCY_BUCKETS, registry=registry)
+        self.pass_rows = Histogram("canvaslab_pass_rows", "rows per decoder pass (continuous batching)",
+                                   buckets=BATCH_BUCKETS, registry=registry)
+        self.pass_seconds = Histogram("canvaslab_pass_seconds", "wall time of one decoder pass, joining rows' "
+                                      "prompts included (continuous batching)", buckets=PASS_BUCKETS,
+                                      registry=registry)
         self.passes = Counter("canvaslab_decoder_passes", "batched decoder passes run", registry=registry)
         self.tokens = Counter("canvaslab_generated_tokens", "completion tokens answered", registry=registry)
         self.passes_per_second = Gauge("canvaslab_last_batch_passes_per_second", "the last batch's decoder "
