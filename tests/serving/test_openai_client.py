@@ -61,8 +61,8 @@ def test_streams_concatenate_to_the_answer(client):
 
 def test_refusals_are_the_clients_typed_errors(client):
     with pytest.raises(openai.BadRequestError) as bad:
-        client.completions.create(model="tiny", prompt="x", temperature=0.3)
-    assert bad.value.code == "unsupported_value" and bad.value.param == "temperature"
+        client.completions.create(model="tiny", prompt="x", presence_penalty=0.3)
+    assert bad.value.code == "unsupported_value" and bad.value.param == "presence_penalty"
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="gpt-4", prompt="x")
     with pytest.raises(openai.BadRequestError):

@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from canvaslab.choices import MAX_SEED
 from canvaslab.errors import CanvaslabError
+from canvaslab.generation.row_randomness import DEFAULT_SAMPLING, RowSampling
 from canvaslab.serving.metrics import Metrics
 from canvaslab.serving.protocol import APIError, CompletionRequest, invalid
 
@@ -62,17 +63,29 @@ class RowOutcome:
 
     text: str
     token_ids: list[int]
-    finish_reason: str  # "stop": the end-of-sequence token came within max_tokens; "length": it did not
+    finish_reason: str  # "stop": the text ended (end of sequence, padding, a stop string) within max_tokens
     stop_point: dict[str, Any]
     batch_rows: int
     batch_row: int
+    stop_reason: Optional[str] = None  # the stop string that ended the text
+    logprobs: Optional[list["TokenLogprob"]] = None  # one per token of token_ids, when asked for
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """An emitted token's log-probability under the distribution its canvas was committed from (the row's last
+    denoising pass of that canvas, temperature-scaled) and the ``top`` most likely tokens there."""
+
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]
 
 
 @dataclass(eq=False)
 class Row:
     prompt_ids: list[int]
     seed: int
-    index: int  # the choice's index in its request
+    index: int  # the choice's index in its response (prompt-major: prompt * n + choice)
     max_tokens: int
     canvases: int  # canvases its generation needs: rows of one batch need the same number
     key: str
@@ -81,6 +94,16 @@ class Row:
     arrived: float
     cancelled: bool = False
     sent: str = ""  # the text streamed so far
+    sampling: RowSampling = DEFAULT_SAMPLING
+    stop: tuple[str, ...] = ()
+    include_stop: bool = False
+    logprobs: Optional[int] = None  # top alternatives per token (None: no log-probabilities)
+    canvas_logprobs: list = field(default_factory=list)  # per committed canvas: its tokens' TokenLogprob
+
+    @property
+    def plain(self) -> bool:
+        """Default sampling: the row can share the fused denoising step (a batch holds plain rows or others)."""
+        return self.sampling == DEFAULT_SAMPLING
 
 
 @dataclass
@@ -89,6 +112,7 @@ class Submission:
     prompt_tokens: int
     rows: list[Row]
     events: Optional[asyncio.Queue]
+    prompt_ids: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -111,15 +135,20 @@ class _CanvasStreamer:
         self.engine, self.loop = engine, loop
         self.states = [(b, row, _StreamState()) for b, row in streams]
         self.prompt_seen = False
+        # transformers then passes the pass's (temperature-scaled) logits instead of its argmax canvas
+        self._takes_logits = any(row.logprobs is not None for _, row in streams)
+        self.logits = None
 
     def _emit(self, row: Row, event: dict) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
             self.loop.call_soon_threadsafe(row.events.put_nowait, event)
 
-    def put_draft(self, value) -> None:
+    def put_draft(self, value=None, logits=None) -> None:
+        if logits is not None:
+            self.logits, value = logits, logits.argmax(dim=-1)
         value = value.tolist()
         for b, row, state in self.states:
-            if state.done or row.cancelled:
+            if state.done or row.cancelled or row.events is None:
                 continue
             state.passes += 1
             tokens = value[b]
@@ -132,22 +161,39 @@ class _CanvasStreamer:
         if not self.prompt_seen:
             self.prompt_seen = True
             return
+        for b, row, _ in self.states:
+            if row.logprobs is not None and self.logits is not None:
+                row.canvas_logprobs.append(token_logprobs(self.logits[b], value[b], row.logprobs))
         value = value.tolist()
         for b, row, state in self.states:
-            if state.done or row.cancelled:
+            if state.done or row.cancelled or row.events is None:
                 continue
             state.committed.extend(value[b])
             canvas, state.canvas, state.passes, state.last = state.canvas, state.canvas + 1, 0, None
-            eos = self.engine.eos_position(state.committed)
-            cut = min(len(state.committed) if eos is None else eos, row.max_tokens)
-            state.done = eos is not None or len(state.committed) >= row.max_tokens
-            text = self.engine.decode(state.committed[:cut])
+            tokens, text, stop = self.engine.answer(row, state.committed)
+            state.done = stop is not None or len(tokens) < len(state.committed) or len(tokens) >= row.max_tokens
+            if not state.done:  # hold back what a stop string completed by the next canvas would remove
+                text = text[:len(text) - max((len(s) - 1 for s in row.stop), default=0)]
             if text.startswith(row.sent) and not text.endswith("\ufffd") and len(text) > len(row.sent):
                 delta, row.sent = text[len(row.sent):], text
                 self._emit(row, {"type": "commit", "index": row.index, "canvas": canvas, "text": delta})
 
     def end(self) -> None:
         pass
+
+
+def token_logprobs(logits, tokens, top: int) -> list[TokenLogprob]:
+    """Each position's token's log-probability under ``logits`` ``(positions, vocab)``, with the ``top`` best."""
+    import torch
+
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logprobs.gather(-1, tokens.view(-1, 1).long()).view(-1).tolist()
+    best = torch.topk(logprobs, top, dim=-1) if top else None
+    rows = []
+    for j, token in enumerate(tokens.tolist()):
+        alternatives = list(zip(best.indices[j].tolist(), best.values[j].tolist())) if best is not None else []
+        rows.append(TokenLogprob(token, chosen[j], alternatives))
+    return rows
 
 
 class Engine:
@@ -169,8 +215,12 @@ class Engine:
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:  # no request could ever be served
             raise CanvaslabError(self._context_refusal(1))
         self.vocab_size = int(config.text_config.vocab_size)
+        self.max_model_len = getattr(config.text_config, "max_position_embeddings", None)
         eos = loaded.generation_defaults.get("eos_token_id")
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+        pad = loaded.generation_defaults.get("pad_token_id")
+        # where a text ends: the end-of-sequence token, or padding the model drew itself (never part of an answer)
+        self.end_ids = self.eos_ids | ({int(pad)} if pad is not None else set())
         self._encoder = copy.deepcopy(loaded.tokenizer)  # the event loop's; the model thread uses the original
         self.has_chat_template = bool(getattr(self._encoder, "chat_template", None))
         self._pending: collections.deque[Row] = collections.deque()
@@ -186,29 +236,37 @@ class Engine:
     def canvases(self, max_tokens: int) -> int:
         return math.ceil(max_tokens / self.canvas_length)
 
-    def encode(self, request: CompletionRequest) -> list[int]:
-        """The request's prompt as token ids (on the event loop's tokenizer), checked against the context."""
-        if request.kind == "chat":
-            param = "messages"
+    def encode(self, request: CompletionRequest) -> list[list[int]]:
+        """The request's prompts as token ids (on the event loop's tokenizer), each checked against the context."""
+        if len(request.prompts) == 1:
+            return [self._encode(request.kind, request.prompt, "messages" if request.kind == "chat" else "prompt")]
+        return [self._encode(request.kind, prompt, f"prompt[{i}]") for i, prompt in enumerate(request.prompts)]
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self._encoder(text)["input_ids"])
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self._encoder.decode(list(tokens), skip_special_tokens=True)
+
+    def _encode(self, kind: str, prompt: Any, param: str) -> list[int]:
+        if kind == "chat":
             if self.has_chat_template:
                 try:
-                    encoded = self._encoder.apply_chat_template(request.prompt, add_generation_prompt=True,
+                    encoded = self._encoder.apply_chat_template(prompt, add_generation_prompt=True,
                                                                 tokenize=True, return_dict=True)
                 except Exception as error:  # the template refused the conversation (a jinja exception)
                     raise invalid("messages", f"the model's chat template refused these messages: {error}") \
                         from None
                 ids = list(encoded["input_ids"])
             else:  # a model without a template: the contents as plain text, as `canvaslab generate` does
-                ids = list(self._encoder("\n\n".join(m["content"] for m in request.prompt))["input_ids"])
-        elif isinstance(request.prompt, str):
-            param = "prompt"
-            ids = list(self._encoder(request.prompt)["input_ids"])
+                ids = list(self._encoder("\n\n".join(m["content"] for m in prompt))["input_ids"])
+        elif isinstance(prompt, str):
+            ids = self.tokenize(prompt)
         else:
-            param = "prompt"
-            ids = list(request.prompt)
+            ids = list(prompt)
             bad = next((token for token in ids if not 0 <= token < self.vocab_size), None)
             if bad is not None:
-                raise invalid("prompt", f"token id {bad} is outside the model's vocabulary (0 to "
+                raise invalid(param, f"token id {bad} is outside the model's vocabulary (0 to "
                               f"{self.vocab_size - 1})")
         if not ids:
             raise invalid(param, f"'{param}' encodes to no tokens")
@@ -217,18 +275,19 @@ class Engine:
             raise invalid(param, refusal, "context_length_exceeded")
         return ids
 
-    def submit(self, request: CompletionRequest, prompt_ids: list[int]) -> Submission:
+    def submit(self, request: CompletionRequest, prompt_ids: list[list[int]]) -> Submission:
         """Queue the request's rows (on the event loop); 400 for a budget it exceeds, 429 if the queue is full."""
         max_tokens = request.max_tokens if request.max_tokens is not None else self.budget
         if max_tokens > self.budget:
             field_name = request.max_tokens_param
             raise invalid(field_name, f"'{field_name}' is {max_tokens}: this model generates at most {self.budget} "
                           "tokens")
-        if request.n > self.settings.max_queue:
-            raise invalid("n", f"'n' is {request.n}: this server queues at most {self.settings.max_queue} rows")
+        rows_asked = request.n * len(prompt_ids)
+        if rows_asked > self.settings.max_queue:
+            raise invalid("n", f"{rows_asked} choices: this server queues at most {self.settings.max_queue} rows")
         if self.closing or self._task is None:
             raise APIError(503, "the server is shutting down", type="server_error", code="shutting_down")
-        if len(self._pending) + request.n > self.settings.max_queue:
+        if len(self._pending) + rows_asked > self.settings.max_queue:
             raise APIError(429, f"the queue is full ({len(self._pending)} of {self.settings.max_queue} rows "
                            "waiting); retry later", type="rate_limit_error", code="queue_full",
                            headers={"Retry-After": str(self.retry_after())})
@@ -236,13 +295,15 @@ class Engine:
         loop = asyncio.get_running_loop()
         events = asyncio.Queue() if request.stream else None
         now = loop.time()
-        rows = [Row(list(prompt_ids), seed, index, max_tokens, self.canvases(max_tokens),
-                    row_key(prompt_ids, seed, index), loop.create_future(), events, now)
-                for index in range(request.n)]
+        sampling = RowSampling(request.temperature, request.top_p)
+        rows = [Row(list(ids), seed, p * request.n + choice, max_tokens, self.canvases(max_tokens),
+                    row_key(ids, seed, choice), loop.create_future(), events, now, sampling=sampling,
+                    stop=request.stop, include_stop=request.include_stop, logprobs=request.logprobs)
+                for p, ids in enumerate(prompt_ids) for choice in range(request.n)]
         self._pending.extend(rows)
         self.metrics.queue_rows.set(len(self._pending))
         self._arrived.set()
-        return Submission(seed, len(prompt_ids), rows, events)
+        return Submission(seed, sum(map(len, prompt_ids)), rows, events, [list(ids) for ids in prompt_ids])
 
     def cancel(self, rows: Sequence[Row]) -> None:
         """The client went away: its waiting rows leave the queue, its running rows' results are dropped."""
@@ -269,8 +330,24 @@ class Engine:
     def decode(self, tokens: Sequence[int]) -> str:
         return self.loaded.tokenizer.decode(list(tokens), skip_special_tokens=True)
 
-    def eos_position(self, tokens: Sequence[int]) -> Optional[int]:
-        return next((i for i, token in enumerate(tokens) if token in self.eos_ids), None)
+    def end_position(self, tokens: Sequence[int]) -> Optional[int]:
+        """Where the text ends: the first end-of-sequence or padding token (None: not in ``tokens``)."""
+        return next((i for i, token in enumerate(tokens) if token in self.end_ids), None)
+
+    def answer(self, row: Row, tokens: Sequence[int]) -> tuple[list[int], str, Optional[str]]:
+        """``(tokens, text, stop)`` of a row's generated ``tokens``: cut at the text's end and at ``max_tokens``,
+        the text cut before the first of the row's stop strings (``stop``: that string, else None), and the tokens
+        then cut to the fewest whose text covers it."""
+        end = self.end_position(tokens)
+        tokens = list(tokens[:min(len(tokens) if end is None else end, row.max_tokens)])
+        text = self.decode(tokens)
+        found = [(text.find(stop), stop) for stop in row.stop if stop in text]
+        if not found:
+            return tokens, text, None
+        at, stop = min(found)
+        text = text[:at + len(stop)] if row.include_stop else text[:at]
+        kept = next(k for k in range(len(tokens) + 1) if len(self.decode(tokens[:k])) >= at + len(stop))
+        return tokens[:kept], text, stop
 
     # ---- lifetime ----------------------------------------------------------------------------------------
 
@@ -297,7 +374,8 @@ class Engine:
             self._pending.popleft()
 
     def _matching(self, head: Row) -> list[Row]:
-        rows = [row for row in self._pending if row.canvases == head.canvases and not row.cancelled]
+        rows = [row for row in self._pending
+                if row.canvases == head.canvases and row.plain == head.plain and not row.cancelled]
         return rows[: self.settings.max_batch]
 
     async def _batches(self) -> None:
@@ -397,11 +475,14 @@ class Engine:
     def _generate_rows(self, rows: list[Row], loop) -> tuple[list[RowOutcome], int]:
         generation = {"max_denoising_steps": self.settings.steps,
                       "max_new_tokens": rows[0].canvases * self.canvas_length}
-        streams = [(b, row) for b, row in enumerate(rows) if row.events is not None]
+        streams = [(b, row) for b, row in enumerate(rows) if row.events is not None or row.logprobs is not None]
+        for row in rows:
+            row.canvas_logprobs.clear()
+        sampling = None if all(row.plain for row in rows) else {"sampling": [row.sampling for row in rows]}
         with self._streaming(streams, loop):
             output = self._generate(self.loaded, [row.prompt_ids for row in rows], seed=0, rng="row",
                                     requests=[row.key for row in rows], mode=self.settings.mode,
-                                    generation=generation)
+                                    generation=generation, **(sampling or {}))
         canvases = max(len(result.passes) for result in output.rows)
         passes = sum(max(result.passes[c] for result in output.rows if c < len(result.passes))
                      for c in range(canvases))
@@ -409,17 +490,22 @@ class Engine:
                 enumerate(zip(rows, output.rows))], passes
 
     def _outcome(self, row: Row, result, batch_rows: int, batch_row: int) -> RowOutcome:
-        eos, tokens = result.eos_position, list(result.answer_tokens)[:row.max_tokens]
+        end = self.end_position(result.tokens)
         # the canvases that made this row's tokens: a row that ended stops counting canvases its batch still ran
-        used = len(result.stop_passes) if eos is None else min(len(result.stop_passes), eos // self.canvas_length + 1)
+        used = len(result.stop_passes) if end is None else min(len(result.stop_passes), end // self.canvas_length + 1)
         stop_point = {"stop_passes": list(result.stop_passes[:used]), "passes": list(result.passes[:used]),
-                      "eos_position": eos}
-        finish = "stop" if eos is not None and eos < row.max_tokens else "length"
-        return RowOutcome(self.decode(tokens), tokens, finish, stop_point, batch_rows, batch_row)
+                      "eos_position": result.eos_position}
+        tokens, text, stop = self.answer(row, result.tokens)
+        finish = "stop" if stop is not None or (end is not None and end < row.max_tokens) else "length"
+        logprobs = None
+        if row.logprobs is not None:
+            logprobs = [entry for canvas in row.canvas_logprobs for entry in canvas][:len(tokens)]
+        return RowOutcome(text, tokens, finish, stop_point, batch_rows, batch_row, stop, logprobs)
 
     @contextlib.contextmanager
     def _streaming(self, streams: list[tuple[int, Row]], loop):
-        """Pass a streamer to transformers' generate for the batch's streaming rows (it changes no result)."""
+        """Pass a streamer to transformers' generate for the batch's streaming rows and the rows that want
+        log-probabilities (it changes no result)."""
         if not streams:
             yield
             return
