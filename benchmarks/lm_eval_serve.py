@@ -63,12 +63,13 @@ def write_task(folder: Path, max_tokens: int) -> None:
     (folder / "canvaslab_qa.yaml").write_text(TASK.format(data=data, max_tokens=max_tokens))
 
 
-def start_server(args, port: int) -> subprocess.Popen:
+def start_server(args, port: int, log: Path) -> subprocess.Popen:
     command = [sys.executable, "-m", "canvaslab.cli.main", "serve", "--model", args.model, "--device", args.device,
                "--port", str(port), "--max-batch", "8", "--batch-window-ms", "50"]
     if args.steps:
         command += ["--steps", str(args.steps)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with log.open("w") as output:  # a file, not a pipe: nobody reads the server's log while it runs
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + args.start_timeout
     while True:
         try:
@@ -77,7 +78,8 @@ def start_server(args, port: int) -> subprocess.Popen:
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
-                raise SystemExit(f"the server did not start: {process.communicate()[1][-2000:]}")
+                process.wait()
+                raise SystemExit(f"the server did not start: {log.read_text()[-2000:]}")
             time.sleep(0.5)
 
 
@@ -140,7 +142,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         tasks = Path(scratch)
         write_task(tasks, args.max_tokens)
-        server = start_server(args, port)
+        server = start_server(args, port, tasks / "server.log")
         try:
             for kind in KINDS:
                 result["runs"][kind] = run_lm_eval(kind, port, args, tasks, Path(scratch) / "lm_eval")
