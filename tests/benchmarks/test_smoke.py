@@ -331,6 +331,20 @@ def smoke_serve_hostile(tmp_path, request):
     assert not result["busy_port"]["loaded_the_model"]
 
 
+def smoke_lm_eval_serve(tmp_path, request):
+    pytest.importorskip("lm_eval", reason="lm-eval is in the serve-eval extra")
+    pytest.importorskip("tenacity", reason="lm-eval's API models need lm-eval[api]")
+    out = tmp_path / "lm_eval"
+    python("lm_eval_serve.py", "--model", "tiny", "--steps", "2", "--limit", "2", "--max-tokens", "8", "--out",
+           str(out), timeout=600)
+    result = read(out / "lm_eval_serve.json", "environment", "config", "runs", "server")
+    assert list(result["runs"]) == ["local-completions", "local-chat-completions"]
+    for run in result["runs"].values():
+        assert run["samples"] == 2 and "exact_match,none" in run["scores"]
+    assert result["server"]["/v1/completions 200"] == result["server"]["/v1/chat/completions 200"] == 2
+    assert not [key for key in result["server"] if key.startswith("/v1/") and not key.endswith(" 200")]
+
+
 def smoke_whole_generations(tmp_path, request):
     out = tmp_path / "whole.json"
     python("whole_generations.py", "--model", "tiny", "--device", "cpu", "--prompt-lengths", "8,16", "--batch-sizes",
@@ -379,6 +393,7 @@ SMOKE = {
     "mini_h200_calls.sh": smoke_mini_h200_calls,
     "serve_load.py": smoke_serve_load,
     "serve_hostile.py": smoke_serve_hostile,
+    "lm_eval_serve.py": smoke_lm_eval_serve,
     "whole_generations.py": smoke_whole_generations,
 }
 

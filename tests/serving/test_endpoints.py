@@ -43,7 +43,7 @@ def test_metrics_count_requests_batches_passes_tokens_and_latency(tiny):
     async def main():
         async with served(tiny, batch_window_ms=200) as (_, client):
             answers = await asyncio.gather(*(client.post("/v1/completions", json={**BODY, "seed": s}) for s in range(3)))
-            await client.post("/v1/completions", json={**BODY, "temperature": 0.2})
+            await client.post("/v1/completions", json={**BODY, "temperature": 2.5})
             return answers, await client.get("/metrics")
 
     answers, response = asyncio.run(main())

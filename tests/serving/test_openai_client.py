@@ -61,8 +61,8 @@ def test_streams_concatenate_to_the_answer(client):
 
 def test_refusals_are_the_clients_typed_errors(client):
     with pytest.raises(openai.BadRequestError) as bad:
-        client.completions.create(model="tiny", prompt="x", temperature=0.3)
-    assert bad.value.code == "unsupported_value" and bad.value.param == "temperature"
+        client.completions.create(model="tiny", prompt="x", presence_penalty=0.3)
+    assert bad.value.code == "unsupported_value" and bad.value.param == "presence_penalty"
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="gpt-4", prompt="x")
     with pytest.raises(openai.BadRequestError):
@@ -91,3 +91,28 @@ def test_a_disconnected_client_frees_its_queued_row(server, client):
         gate.release.set()
         holder.join(60)
     assert client.completions.create(model="tiny", prompt="c", max_tokens=5).usage.completion_tokens <= 5
+
+
+def test_the_async_client_with_the_fields_evaluation_tools_send(server):
+    """temperature 0, stop, logprobs and a list of prompts through ``openai.AsyncOpenAI``, streamed and not."""
+    import asyncio
+
+    async def main():
+        client = openai.AsyncOpenAI(api_key="unused", base_url=f"{server[0]}/v1", max_retries=0)
+        fields = dict(model="tiny", max_tokens=30, seed=5, temperature=0, stop=["\n", "the"], logprobs=1)
+        whole = await client.completions.create(prompt=["the man said", "hello"], **fields)
+        streamed = ""
+        async for chunk in await client.completions.create(prompt="the man said", stream=True, **fields):
+            streamed += chunk.choices[0].text if chunk.choices else ""
+        chat = await client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=20, seed=5, temperature=0,
+            logprobs=True, top_logprobs=2, extra_body={"top_k": -1, "repetition_penalty": 1.0})
+        await client.close()
+        return whole, streamed, chat
+
+    whole, streamed, chat = asyncio.run(main())
+    assert [choice.index for choice in whole.choices] == [0, 1]
+    first = whole.choices[0]
+    assert streamed == first.text and "the" not in first.text and "\n" not in first.text
+    assert len(first.logprobs.token_logprobs) == len(first.model_extra["token_ids"])
+    assert len(chat.choices[0].logprobs.content[0].top_logprobs) == 2

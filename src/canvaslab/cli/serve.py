@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Optional
 
 import typer
@@ -17,6 +18,28 @@ def _host(ctx, param, value):
     if not value or not value.strip() or any(ch.isspace() for ch in value):
         raise CanvaslabError(f"{options.option_name(param)} {value!r}: give a host name or address, e.g. 127.0.0.1")
     return value
+
+
+def _api_key(ctx, param, value):
+    if value is not None and (not value.strip() or any(ch.isspace() for ch in value)):
+        raise CanvaslabError(f"{options.option_name(param)}: give a key without spaces (or leave it out)")
+    return value
+
+
+def _served_name(ctx, param, value):
+    if value is not None and not value.strip():
+        raise CanvaslabError(f"{options.option_name(param)}: give a name")
+    return value
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (a name other than localhost counts as reachable)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @app.command("serve")
@@ -57,6 +80,12 @@ def serve(
                                                  callback=options.positive_number)] = 120.0,
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="one log line per request")]
     = True,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="CANVASLAB_API_KEY", show_envvar=True,
+                                                   help="answer /v1 and the tokenizer's routes only with "
+                                                        "'Authorization: Bearer KEY'", callback=_api_key)] = None,
+    served_model_name: Annotated[Optional[str], typer.Option("--served-model-name", help="the model's name in the "
+                                                             "API (default: --model as given)",
+                                                             callback=_served_name)] = None,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions) with dynamic
     batching; in invariant mode an answer is the same bytes whatever else is in flight."""
@@ -86,3 +115,14 @@ def serve(
         on_drain_timeout=forced_stop_exit(lambda: console.print(
             f"stopped after the {drain_timeout:g} s drain deadline; the requests still in flight were dropped"),
             status=0))
+    name = served_model_name or model
+    engine = Engine(loaded, ServeSettings(model=name, mode=mode, max_batch=max_batch,
+                                          batch_window_ms=batch_window_ms, max_queue=max_queue, steps=steps))
+    shown = f"[{host}]" if ":" in host else host
+    if api_key is None and not loopback(host):
+        console.print(f"warning: --host {host} is reachable beyond this machine and no --api-key is set: anyone who "
+                      "reaches it can use the model")
+    console.print(f"serving {model} as '{name}' ({mode} mode, {loaded.device}) at http://{shown}:{port}/v1; "
+                  "Ctrl-C or SIGTERM answers the requests in flight, then stops")
+    serve_forever(create_app(engine, api_key=api_key), sock, on_forced_stop=forced_stop_exit(
+        lambda: console.print("stopped without waiting for the requests in flight")))

@@ -16,11 +16,41 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
 PURPOSES = ("init", "sample", "renoise")
+
+
+@dataclass(frozen=True)
+class RowSampling:
+    """How one row draws its tokens. ``temperature`` 0 draws the argmax (greedy); any other value multiplies the
+    model's temperature schedule for this row (``generation.sampler.RowTemperature``). ``top_p`` below 1 draws
+    from the smallest set of most likely tokens whose probability reaches it. The default changes nothing."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def factor(self) -> float:
+        """What the row's logits are divided by before the schedule's own temperature (1 for greedy draws)."""
+        return 1.0 if self.greedy else self.temperature
+
+
+DEFAULT_SAMPLING = RowSampling()
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``probs`` ``(positions, vocab)`` with the tokens outside each position's top-``top_p`` nucleus zeroed: the
+    most likely tokens (a stable sort, so ties keep vocabulary order) until their sum reaches ``top_p``."""
+    ordered, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    keep = torch.cumsum(ordered, dim=-1) - ordered < top_p  # the first token is always kept
+    return probs * torch.scatter(torch.zeros_like(keep), -1, order, keep)
 
 
 def request_key(prompt_ids: Sequence[int]) -> str:
@@ -43,6 +73,7 @@ class RowRandomness:
 
     seed: int
     requests: list[str]
+    sampling: Optional[Sequence[RowSampling]] = None  # per row; None: every row the default
     canvas: int = -1
     step: int = 0
     _generators: dict[torch.device, torch.Generator] = field(default_factory=dict, repr=False)
@@ -83,6 +114,12 @@ class RowRandomness:
         rows = probs.view(batch, -1, probs.shape[-1])
         samples = []
         for row in range(batch):
+            # the clocks are drawn for greedy rows too, so that a row's later draws never depend on its sampling
             clocks = torch.empty_like(rows[row]).exponential_(generator=self.generator(row, "sample", probs.device))
-            samples.append(torch.argmax(rows[row] / clocks, dim=-1))
+            sampling = self.sampling[row] if self.sampling is not None else DEFAULT_SAMPLING
+            if sampling.greedy:
+                samples.append(torch.argmax(rows[row], dim=-1))
+                continue
+            weights = rows[row] if sampling.top_p >= 1 else nucleus(rows[row], sampling.top_p)
+            samples.append(torch.argmax(weights / clocks, dim=-1))
         return torch.stack(samples).view(-1, 1)

@@ -15,6 +15,7 @@ from typing import Any, Protocol, Sequence
 
 import torch
 from torch.overrides import TorchFunctionMode
+from transformers import LogitsProcessorList
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
     DiffusionGemmaGenerationConfig,
     EntropyBoundSamplerConfig,
@@ -26,8 +27,8 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.generation.compiled_path import invariant_compile_functions
 from canvaslab.generation.fused_step import FusedStep, streamed_self_conditioning
 from canvaslab.generation.prompt_cache import build_prompt_cache, sliding_windows_compacted
-from canvaslab.generation.row_randomness import RowRandomness, request_key
-from canvaslab.generation.sampler import RowKeyedMultinomial, RowKeyedSampler
+from canvaslab.generation.row_randomness import DEFAULT_SAMPLING, RowRandomness, RowSampling, request_key
+from canvaslab.generation.sampler import RowKeyedMultinomial, RowKeyedSampler, RowTemperature
 from canvaslab.invariant import Mode, mode_named
 from canvaslab.invariant.shadowing import shadowed
 from canvaslab.models.loading import compiles_generate
@@ -213,6 +214,17 @@ def _generate_kwargs(settings: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def _row_sampling(sampling: Sequence[RowSampling] | None, batch: int, rng: str) -> list[RowSampling] | None:
+    """The rows' sampling, None when every row takes the default (then nothing in the loop changes)."""
+    if sampling is None or all(row == DEFAULT_SAMPLING for row in sampling):
+        return None
+    if len(sampling) != batch:
+        raise CanvaslabError(f"{len(sampling)} row samplings for {batch} prompts")
+    if rng != "row":
+        raise CanvaslabError("per-row temperature and top_p need rng='row'")
+    return list(sampling)
+
+
 def _left_pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(prompt) for prompt in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
@@ -293,6 +305,7 @@ def generate(
     generation: dict[str, Any] | None = None,
     mode: str | Mode = "stock",
     initial_canvas: torch.Tensor | None = None,
+    sampling: Sequence[RowSampling] | None = None,
 ) -> GenerationOutput:
     """Generate for a batch of token-id prompts with transformers' own DiffusionGemma loop.
 
@@ -303,6 +316,9 @@ def generate(
     them the mode's parts of the loop (per-row positions, the compiled path, the fused step).
     ``initial_canvas`` ``(B, canvas)`` replaces the first canvas's random noise (the noise is still drawn, so
     later draws are unchanged).
+    ``sampling`` (with ``rng="row"``) sets each row's temperature factor, greedy draws and top-p
+    (``RowSampling``); a batch holding any row off the default takes transformers' own denoising step, with the
+    rows' factors as a logits processor before the schedule and their draws from ``RowRandomness``.
     """
     one_of("--rng", rng, RNGS)
     if not prompts:
@@ -316,7 +332,8 @@ def generate(
     requests = list(requests) if requests is not None else [request_key(prompt) for prompt in prompts]
     if len(requests) != batch:
         raise CanvaslabError(f"{len(requests)} request keys for {batch} prompts")
-    randomness = RowRandomness(seed=seed, requests=requests) if rng == "row" else None
+    sampling = _row_sampling(sampling, batch, rng)
+    randomness = RowRandomness(seed=seed, requests=requests, sampling=sampling) if rng == "row" else None
     stopper: _StopRecorder | None = None
 
     def prepare_sampler(generation_config):
@@ -343,6 +360,8 @@ def generate(
         return stopper
 
     kwargs = _generate_kwargs(settings)
+    if sampling is not None:  # a processor besides the schedule: the fused step hands the pass to transformers'
+        kwargs["logits_processor"] = LogitsProcessorList([RowTemperature(sampling)])
     if initial_canvas is not None:
         if tuple(initial_canvas.shape) != (batch, model.config.canvas_length):
             raise CanvaslabError(f"initial canvas has shape {tuple(initial_canvas.shape)}, "

@@ -19,7 +19,25 @@ import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode, _pop_mode_temporarily
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSampler
 
-from canvaslab.generation.row_randomness import RowRandomness
+from canvaslab.generation.row_randomness import RowRandomness, RowSampling
+
+
+class RowTemperature:
+    """A logits processor dividing each row's logits by its own factor (``RowSampling.factor``) before the model's
+    temperature schedule divides them by the step's temperature: the row's temperature at a step is its factor
+    times the schedule's. Row-local and elementwise (a factor of 1 leaves a row's logits bit for bit), so a row's
+    numbers never depend on its neighbours' factors."""
+
+    def __init__(self, sampling: list[RowSampling]):
+        self.factors = [row.factor for row in sampling]
+        self._on: dict[torch.device, torch.Tensor] = {}
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        factors = self._on.get(scores.device)
+        if factors is None:
+            factors = self._on[scores.device] = torch.tensor(self.factors, dtype=torch.float32,
+                                                             device=scores.device).view(-1, *[1] * (scores.dim() - 1))
+        return (scores / factors).to(scores.dtype)
 
 
 class RowKeyedSampler(EntropyBoundSampler):

@@ -1,8 +1,10 @@
 """The HTTP side of ``canvaslab serve``: an OpenAI-compatible FastAPI app around an ``Engine``.
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models`` (and ``/v1/models/{id}``),
-``GET /health`` and ``GET /metrics`` (Prometheus text). Every refusal carries OpenAI's error body; nothing a
-client sends is answered with a traceback.
+``POST /tokenize`` and ``/detokenize`` (vLLM's shapes), ``GET /version``, ``GET /health``, ``GET /metrics``
+(Prometheus text) and ``GET /openapi.json``. Every refusal carries OpenAI's error body; nothing a client sends is
+answered with a traceback. Given an API key, the ``/v1`` routes and the tokenizer's answer only requests bearing
+it (``Authorization: Bearer KEY``).
 
 A streamed answer (``"stream": true``) is server-sent events, one ``data:`` line per chunk, ending with
 ``data: [DONE]``. A chunk is one of three events of one choice (``docs/serving.md``):
@@ -21,21 +23,46 @@ import asyncio
 import contextlib
 import importlib.metadata
 import json
+import logging
+import secrets
 import time
 import uuid
 from typing import Any, AsyncIterator, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from canvaslab.serving.engine import Engine, RowOutcome, Submission
-from canvaslab.serving.protocol import BODY_LIMIT_BYTES, APIError, error_body, parse_json, parse_request
+from canvaslab.serving.engine import Engine, RowOutcome, Submission, TokenLogprob
+from canvaslab.serving.protocol import (BODY_LIMIT_BYTES, APIError, ChatBody, CompletionBody, CompletionRequest,
+                                        error_body, invalid, parse_json, parse_request, refusal)
 
-ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
+ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/version",
+             "/health", "/metrics")
 GENERATING = ("/v1/completions", "/v1/chat/completions")
+GUARDED = ("/v1/", "/tokenize", "/detokenize")  # what an API key protects
 CLIENT_GONE = 499  # nginx's status for a client that closed the connection first (nobody reads it)
+IGNORED_HEADER = "X-Canvaslab-Ignored-Fields"
+
+log = logging.getLogger("canvaslab.serving")
+
+
+class TokenizeBody(BaseModel):
+    """vLLM's ``POST /tokenize``: a prompt, or chat messages through the model's template."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    model: Optional[StrictStr] = None
+    prompt: Optional[StrictStr] = None
+    messages: Optional[list[dict[str, Any]]] = None
+    add_special_tokens: StrictBool = True
+
+
+class DetokenizeBody(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    model: Optional[StrictStr] = None
+    tokens: list[StrictInt] = Field(min_length=0)
 
 
 def _version() -> str:
@@ -43,6 +70,24 @@ def _version() -> str:
         return importlib.metadata.version("canvaslab")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+class _Guarded:
+    """ASGI middleware: with an API key, the guarded routes answer 401 (OpenAI's body) without ``Bearer KEY``."""
+
+    def __init__(self, app, api_key: Optional[str]):
+        self.app, self.expected = app, f"Bearer {api_key}".encode() if api_key else None
+
+    async def __call__(self, scope, receive, send):
+        if self.expected is None or scope["type"] != "http" or not scope["path"].startswith(GUARDED):
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if secrets.compare_digest(given, self.expected):
+            return await self.app(scope, receive, send)
+        response = JSONResponse(error_body("a valid API key is needed: send 'Authorization: Bearer KEY'",
+                                           "invalid_request_error", None, "invalid_api_key"), status_code=401,
+                                headers={"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)
 
 
 class _Measured:
@@ -121,15 +166,44 @@ class _Answers:
         return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens}
 
-    def body(self, kind: str, submission: Submission, outcomes: list[RowOutcome]) -> dict[str, Any]:
-        choices = []
+    def token_text(self, token: int) -> str:
+        return self.engine.loaded.tokenizer.decode([token])
+
+    def logprobs(self, kind: str, entries: Optional[list[TokenLogprob]], offset: int = 0) -> Optional[dict]:
+        """OpenAI's ``logprobs`` object of a choice: completions' four lists, or chat's ``content`` list."""
+        if entries is None:
+            return None
+        if kind == "chat":
+            def item(token, logprob):
+                text = self.token_text(token)
+                return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+            return {"content": [{**item(e.token, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]}
+                                for e in entries]}
+        tokens = [self.token_text(e.token) for e in entries]
+        offsets = [offset + sum(map(len, tokens[:i])) for i in range(len(tokens))]
+        return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
+                "top_logprobs": [{self.token_text(t): lp for t, lp in e.top} for e in entries],
+                "text_offset": offsets}
+
+    def echoed(self, request: CompletionRequest, submission: Submission, index: int) -> str:
+        """The prompt a completions choice echoes (its prompt as text), or "" without ``echo``."""
+        if not request.echo:
+            return ""
+        prompt = request.prompts[index // request.n]
+        return prompt if isinstance(prompt, str) else self.engine.detokenize(prompt)
+
+    def body(self, request: CompletionRequest, submission: Submission, outcomes: list[RowOutcome]) -> dict[str, Any]:
+        kind, choices = request.kind, []
         for row, outcome in zip(submission.rows, outcomes):
             choice: dict[str, Any] = {"index": row.index}
+            echo = self.echoed(request, submission, row.index)
             if kind == "chat":
                 choice["message"] = {"role": "assistant", "content": outcome.text}
             else:
-                choice["text"] = outcome.text
-            choice.update(finish_reason=outcome.finish_reason, logprobs=None, token_ids=outcome.token_ids,
+                choice["text"] = echo + outcome.text
+            choice.update(finish_reason=outcome.finish_reason, stop_reason=outcome.stop_reason,
+                          logprobs=self.logprobs(kind, outcome.logprobs, len(echo)), token_ids=outcome.token_ids,
                           stop_point=outcome.stop_point)
             choices.append(choice)
         completion_tokens = sum(len(outcome.token_ids) for outcome in outcomes)
@@ -147,7 +221,29 @@ class _Answers:
         return {**choice, "logprobs": None, "finish_reason": finish_reason, **extra}
 
 
-def create_app(engine: Engine) -> FastAPI:
+def _openapi(app: FastAPI):
+    """``/openapi.json`` with the request models of the generating routes (their bodies are parsed by hand, so
+    that every refusal keeps OpenAI's shape)."""
+    from fastapi.openapi.utils import get_openapi
+
+    def schema() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            components = document.setdefault("components", {}).setdefault("schemas", {})
+            for path, model in (("/v1/completions", CompletionBody), ("/v1/chat/completions", ChatBody)):
+                found = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(found.pop("$defs", {}))
+                components[model.__name__] = found
+                document["paths"][path]["post"]["requestBody"] = {
+                    "required": True, "content": {"application/json": {
+                        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    return schema
+
+
+def create_app(engine: Engine, api_key: Optional[str] = None) -> FastAPI:
     """The app; its lifespan starts the engine and, on shutdown, lets it finish every queued row first."""
 
     @contextlib.asynccontextmanager
@@ -158,8 +254,11 @@ def create_app(engine: Engine) -> FastAPI:
         finally:
             await engine.stop()
 
-    app = FastAPI(title="canvaslab serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="canvaslab serve", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json")
+    app.openapi = _openapi(app)
     app.state.engine = engine
+    app.add_middleware(_Guarded, api_key=api_key)
     app.add_middleware(_Measured, metrics=engine.metrics)
     answers = _Answers(engine)
 
@@ -179,16 +278,22 @@ def create_app(engine: Engine) -> FastAPI:
         return JSONResponse(error_body("internal server error (see the server's log)", "server_error", None,
                                        "internal_error"), status_code=500)
 
-    async def generate(request: Request, kind: str):
-        parsed = parse_request(parse_json(await _read_body(request)), kind)
-        if parsed.model != engine.settings.model:
-            raise APIError(404, f"the model '{parsed.model}' is not served here; this server serves "
+    def check_model(model: Optional[str]) -> None:
+        if model is not None and model != engine.settings.model:
+            raise APIError(404, f"the model '{model}' is not served here; this server serves "
                            f"'{engine.settings.model}'", param="model", code="model_not_found")
+
+    async def generate(request: Request, kind: str):
+        arrived = time.perf_counter()
+        parsed = parse_request(parse_json(await _read_body(request)), kind)
+        check_model(parsed.model)
+        ignored = {IGNORED_HEADER: ",".join(parsed.ignored)} if parsed.ignored else {}
+        if parsed.ignored:
+            log.warning("ignored request fields: %s", ", ".join(parsed.ignored))
         submission = engine.submit(parsed, engine.encode(parsed))
         if parsed.stream:
-            return StreamingResponse(_stream(request, kind, parsed.include_usage, submission),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(_stream(request, parsed, submission, arrived), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **ignored})
         waiting = asyncio.ensure_future(asyncio.gather(*(row.future for row in submission.rows)))
         watcher = asyncio.ensure_future(_gone(request))
         try:
@@ -209,19 +314,24 @@ def create_app(engine: Engine) -> FastAPI:
             engine.cancel(submission.rows)
             raise
         first = outcomes[0]
-        return JSONResponse(answers.body(kind, submission, outcomes),
+        return JSONResponse(answers.body(parsed, submission, outcomes),
                             headers={"X-Canvaslab-Batch-Rows": str(first.batch_rows),
-                                     "X-Canvaslab-Batch-Row": str(first.batch_row)})
+                                     "X-Canvaslab-Batch-Row": str(first.batch_row), **ignored})
 
-    async def _stream(request: Request, kind: str, include_usage: bool, submission: Submission) -> AsyncIterator[str]:
+    async def _stream(request: Request, parsed: CompletionRequest, submission: Submission,
+                      arrived: float) -> AsyncIterator[str]:
+        kind, include_usage = parsed.kind, parsed.include_usage
         head = answers.head(kind, True, submission.seed)
-        rows, finished, completion_tokens = len(submission.rows), 0, 0
+        rows, finished, completion_tokens, first_chunk = len(submission.rows), 0, 0, True
         watcher = asyncio.ensure_future(_gone(request))
         try:
-            if kind == "chat":
-                for row in submission.rows:
+            for row in submission.rows:
+                if kind == "chat":
                     yield _sse({**head, "choices": [{"index": row.index, "delta": {"role": "assistant", "content": ""},
                                                      "logprobs": None, "finish_reason": None}]})
+                elif parsed.echo:
+                    yield _sse({**head, "choices": [answers.chunk_choice(
+                        kind, row.index, answers.echoed(parsed, submission, row.index))]})
             while finished < rows:
                 getting = asyncio.ensure_future(submission.events.get())
                 await asyncio.wait({getting, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -229,6 +339,9 @@ def create_app(engine: Engine) -> FastAPI:
                     getting.cancel()
                     return  # the client is gone: the finally below drops its rows
                 event = getting.result()
+                if first_chunk:
+                    engine.metrics.first_chunk.labels(request.url.path).observe(time.perf_counter() - arrived)
+                    first_chunk = False
                 kind_of = event["type"]
                 if kind_of == "error":
                     yield _sse(event["error"].body())
@@ -244,7 +357,9 @@ def create_app(engine: Engine) -> FastAPI:
                     finished += 1
                     completion_tokens += len(outcome.token_ids)
                     choice = answers.chunk_choice(kind, event["index"], event["text"], outcome.finish_reason,
-                                                  token_ids=outcome.token_ids, stop_point=outcome.stop_point)
+                                                  token_ids=outcome.token_ids, stop_point=outcome.stop_point,
+                                                  stop_reason=outcome.stop_reason)
+                    choice["logprobs"] = answers.logprobs(kind, outcome.logprobs)
                 yield _sse({**head, "choices": [choice]})
             if include_usage:
                 yield _sse({**head, "choices": [], "usage": answers.usage(submission.prompt_tokens, completion_tokens)})
@@ -275,6 +390,39 @@ def create_app(engine: Engine) -> FastAPI:
         if model_id != engine.settings.model:
             raise APIError(404, f"the model '{model_id}' is not served here", param="model", code="model_not_found")
         return model_card()
+
+    def model_of(body: type[BaseModel], data: dict[str, Any]):
+        try:
+            parsed = body.model_validate(data)
+        except ValidationError as error:
+            raise refusal(error) from None
+        check_model(parsed.model)
+        return parsed
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        body = model_of(TokenizeBody, parse_json(await _read_body(request)))
+        if (body.prompt is None) == (body.messages is None):
+            raise invalid("prompt", "give 'prompt' or 'messages'", "missing_required_parameter")
+        if body.prompt is not None:
+            tokens = engine.tokenize(body.prompt) if body.add_special_tokens else \
+                list(engine.loaded.tokenizer(body.prompt, add_special_tokens=False)["input_ids"])
+        else:
+            chat = parse_request({"model": engine.settings.model, "messages": body.messages}, "chat")
+            tokens = engine.encode(chat)[0]
+        return {"count": len(tokens), "max_model_len": engine.max_model_len, "tokens": tokens}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        body = model_of(DetokenizeBody, parse_json(await _read_body(request)))
+        bad = next((token for token in body.tokens if not 0 <= token < engine.vocab_size), None)
+        if bad is not None:
+            raise invalid("tokens", f"token id {bad} is outside the model's vocabulary (0 to {engine.vocab_size - 1})")
+        return {"prompt": engine.detokenize(body.tokens)}
+
+    @app.get("/version")
+    async def version():
+        return {"version": _version()}
 
     @app.get("/health")
     async def health():

@@ -6,7 +6,10 @@ also gauges, for a glance without a Prometheus server.
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
+                               disable_created_metrics, generate_latest)
+
+disable_created_metrics()  # no ``*_created`` series: a timestamp per series that scrapers would store as a value
 
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256)
 PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -23,6 +26,9 @@ class Metrics:
         self.latency = Histogram("canvaslab_request_latency_seconds", "time from a request's arrival to the last "
                                  "byte of its answer (streams included)", ["endpoint"], buckets=LATENCY_BUCKETS,
                                  registry=registry)
+        self.first_chunk = Histogram("canvaslab_time_to_first_chunk_seconds", "time from a streamed request's "
+                                     "arrival to its first chunk after the role chunk", ["endpoint"],
+                                     buckets=LATENCY_BUCKETS, registry=registry)
         self.queue_rows = Gauge("canvaslab_queue_rows", "rows (one per choice) waiting for a batch",
                                 registry=registry)
         self.running_rows = Gauge("canvaslab_running_rows", "rows in the batch the model is running",

@@ -1,18 +1,26 @@
-"""The OpenAI-compatible request bodies ``canvaslab serve`` accepts, checked field by field, and its error body.
+"""The OpenAI-compatible request bodies ``canvaslab serve`` accepts, as pydantic models, and its error body.
 
 Every refusal is an ``APIError``: an HTTP status and the body OpenAI's API answers with,
 ``{"error": {"message", "type", "param", "code"}}``, so the official ``openai`` client raises its own typed
-errors. A field the server does not know is refused (never silently ignored), and so is a value the sampler
-cannot honour (``temperature`` or ``top_p`` other than 1: the model's sampler follows its own temperature
-schedule).
+errors. A pydantic validation error becomes one of these (``param`` the field's path, ``code``
+``missing_required_parameter``, ``invalid_type`` or ``invalid_value``).
+
+Fields fall in three groups (``docs/serving.md`` lists them):
+
+- honoured: the fields of the models below;
+- *neutral*: fields the sampler has no counterpart for (``presence_penalty``, ``logit_bias``, vLLM's ``top_k``,
+  ``repetition_penalty``...), accepted at the value that changes nothing and refused at any other, with the
+  reason (``NEUTRAL``);
+- anything else: ignored, as vLLM ignores it, logged and listed in the ``X-Canvaslab-Ignored-Fields`` header.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, field_validator
 
 from canvaslab.choices import MAX_SEED, unicode_text
 from canvaslab.errors import CanvaslabError
@@ -20,11 +28,33 @@ from canvaslab.io import UnreadableFile, parse_json as bounded_json
 
 BODY_LIMIT_BYTES = 1 << 20  # a request body larger than this is refused (413) before it is parsed
 MAX_CHOICES = 128  # OpenAI's own limit on ``n``
+MAX_PROMPTS = 128  # prompts in one completions request
+MAX_STOPS = 16
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 ROLES = ("system", "user", "assistant")
 
-COMMON_FIELDS = ("model", "max_tokens", "temperature", "top_p", "seed", "n", "stream", "stream_options", "user")
-COMPLETION_FIELDS = (*COMMON_FIELDS, "prompt")
-CHAT_FIELDS = (*COMMON_FIELDS, "messages", "max_completion_tokens")
+_NO_PENALTY = "the sampler has no penalties"
+# field: (the values that change nothing, why others are refused)
+NEUTRAL: dict[str, tuple[tuple[Any, ...], str]] = {
+    "presence_penalty": ((0, 0.0), _NO_PENALTY),
+    "frequency_penalty": ((0, 0.0), _NO_PENALTY),
+    "repetition_penalty": ((1, 1.0), _NO_PENALTY),
+    "logit_bias": (({},), "the sampler takes no logit bias"),
+    "top_k": ((-1, 0), "the sampler draws from the whole vocabulary (or top_p's nucleus)"),
+    "min_p": ((0, 0.0), "the sampler has no min_p cut"),
+    "min_tokens": ((0,), "a diffusion canvas cannot forbid the end-of-sequence token"),
+    "best_of": ((1,), "every choice is returned; use 'n'"),
+    "ignore_eos": ((False,), "the end-of-sequence token always ends the text"),
+    "stop_token_ids": (([],), "give stop strings in 'stop'"),
+    "skip_special_tokens": ((True,), "text is always decoded without special tokens"),
+    "spaces_between_special_tokens": ((True,), "text is always decoded without special tokens"),
+    "suffix": (("",), "a canvas is generated after the prompt only"),
+    "tools": (([],), "this server has no tool calling"),
+    "tool_choice": (("none",), "this server has no tool calling"),
+    "parallel_tool_calls": ((False, True), ""),
+    "add_generation_prompt": ((True,), "the assistant's turn is always opened"),
+    "continue_final_message": ((False,), "the assistant's turn is always a new one"),
+}
 
 
 class APIError(Exception):
@@ -48,161 +78,245 @@ def invalid(param: Optional[str], message: str, code: str = "invalid_value") -> 
     return APIError(400, message, param=param, code=code)
 
 
+def _non_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+class _Body(BaseModel):
+    """What both endpoints take. Unknown fields are kept aside (``model_extra``) to be ignored and listed."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    model: StrictStr
+    max_tokens: Optional[StrictInt] = Field(None, ge=1, le=2**31)
+    temperature: Optional[float] = Field(None, ge=0, le=2, description="0: greedy draws; otherwise a factor on the "
+                                         "model's own temperature schedule (docs/serving.md)")
+    top_p: Optional[float] = Field(None, gt=0, le=1, description="each draw from the pass's top-p nucleus")
+    seed: Optional[StrictInt] = Field(None, ge=0, le=MAX_SEED)
+    n: Optional[StrictInt] = Field(None, ge=1, le=MAX_CHOICES)
+    stream: Optional[StrictBool] = None
+    stream_options: Optional[StreamOptions] = None
+    stop: Union[StrictStr, list[StrictStr], None] = Field(None, description="strings checked on the committed text; "
+                                                          "the text ends before the first one")
+    include_stop_str_in_output: StrictBool = False
+    response_format: Optional[ResponseFormat] = None
+    user: Optional[StrictStr] = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, value):
+        stops = [value] if isinstance(value, str) else value or []
+        if len(stops) > MAX_STOPS:
+            raise ValueError(f"at most {MAX_STOPS} stop strings")
+        if any(not stop for stop in stops):
+            raise ValueError("a stop string must not be empty")
+        return stops
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    include_usage: Optional[StrictBool] = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: Literal["text", "json_object", "json_schema"]
+
+
+TokenIds = list[StrictInt]
+
+
+class CompletionBody(_Body):
+    """``POST /v1/completions``: one prompt or a list (text or token ids); choices are indexed prompt-major."""
+
+    prompt: Union[StrictStr, list[StrictStr], TokenIds, list[TokenIds]]
+    echo: StrictBool = False
+    logprobs: Optional[StrictInt] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["text"]
+    text: StrictStr
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    role: Literal["system", "user", "assistant"]
+    content: Union[StrictStr, list[TextPart]]
+    name: Optional[StrictStr] = None
+
+    @property
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+
+
+class ChatBody(_Body):
+    """``POST /v1/chat/completions``: messages through the model's chat template."""
+
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: Optional[StrictInt] = Field(None, ge=1, le=2**31)
+    logprobs: StrictBool = False
+    top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+
+_Body.model_rebuild()
+CompletionBody.model_rebuild()
+ChatBody.model_rebuild()
+
+
 @dataclass(frozen=True)
 class CompletionRequest:
-    """A checked request: the prompt (text, token ids, or chat messages) and the sampling fields."""
+    """A checked request: its prompts (text, token ids, or one chat conversation) and the sampling fields."""
 
     kind: str  # "completion" or "chat"
     model: str
-    prompt: Any  # completion: str or list[int]; chat: list of {"role", "content"} with string contents
+    prompts: tuple[Any, ...]  # completion: str or list[int] each; chat: one list of {"role", "content"}
     max_tokens: Optional[int]
     seed: Optional[int]
     n: int
     stream: bool
     include_usage: bool
     max_tokens_param: str = "max_tokens"  # the field the client named it with
+    temperature: float = 1.0  # 0: greedy draws
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    include_stop: bool = False
+    logprobs: Optional[int] = None  # how many top alternatives per token (0: the token's own only); None: none
+    echo: bool = False
+    ignored: tuple[str, ...] = ()  # unknown fields, ignored
+
+    @property
+    def prompt(self) -> Any:
+        return self.prompts[0]
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object; anything else is a 400."""
+    """The body as a JSON object; anything the parser cannot take (too deep, not UTF-8, lone surrogates) is a 400."""
     try:
         data = bounded_json(body, source="the request body")  # nesting bounded: no RecursionError, no 500
+        json.dumps(data, ensure_ascii=False).encode("utf-8")  # a lone surrogate ("\ud800") has no UTF-8 form
     except UnreadableFile as error:
         raise APIError(400, str(error), code="invalid_json") from None
+    except UnicodeEncodeError:
+        raise APIError(400, "the request body holds a lone surrogate (\\ud800-\\udfff) that is not text",
+                       code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object", code="invalid_json")
     return data
 
 
-def _whole(data: dict, name: str, minimum: int, maximum: int) -> Optional[int]:
-    value = data.get(name)
-    if value is None:
-        return None
-    if type(value) is not int:
-        raise invalid(name, f"'{name}' must be an integer, not {type(value).__name__}", "invalid_type")
-    if not minimum <= value <= maximum:
-        raise invalid(name, f"'{name}' is {value}: it must be from {minimum} to {maximum}")
-    return value
+def _param(loc: tuple) -> Optional[str]:
+    """A pydantic error location as OpenAI names a parameter: ``messages[0].content``; union members left out."""
+    param = ""
+    for part in loc:
+        if isinstance(part, int):
+            param += f"[{part}]"
+        elif "[" in part or part in ("str", "int", "float", "bool", "list", "dict", "none"):
+            continue  # the union member tried
+        else:
+            param += f".{part}" if param else part
+    return param or None
 
 
-def _neutral_number(data: dict, name: str, what: str) -> None:
-    """``temperature`` and ``top_p``: accepted when absent, null or 1 (the sampler's own schedule)."""
-    value = data.get(name)
-    if value is None:
-        return
-    if type(value) not in (int, float):
-        raise invalid(name, f"'{name}' must be a number, not {type(value).__name__}", "invalid_type")
-    if not math.isfinite(value) or value != 1:
-        raise invalid(name, f"'{name}' {value} is not supported: {what}; leave it out or give 1",
+_TYPE_ERRORS = ("_type", "_parsing")
+
+
+def refusal(error: ValidationError) -> APIError:
+    first = max(error.errors(), key=lambda e: len(e["loc"]))  # the deepest: inside the union member meant
+    param = _param(first["loc"])
+    if first["type"] == "missing":
+        return invalid(param, f"'{param}' is required", "missing_required_parameter")
+    if first["type"] == "extra_forbidden":
+        return invalid(param, f"'{param}' is not supported here", "unknown_parameter")
+    code = "invalid_type" if first["type"].endswith(_TYPE_ERRORS) else "invalid_value"
+    message = first["msg"].removeprefix("Value error, ")
+    return invalid(param, f"'{param}': {message}", code)
+
+
+def _neutral(data: dict[str, Any]) -> None:
+    for name, (neutral, why) in NEUTRAL.items():
+        value = data.get(name)
+        if value is None or (value in neutral and type(value) in {type(v) for v in neutral}):
+            continue
+        shown = " or ".join(json.dumps(v) for v in neutral)
+        raise invalid(name, f"'{name}' {json.dumps(value)} is not supported: {why}; leave it out or give {shown}",
                       "unsupported_value")
 
 
-def _flag(data: dict, name: str) -> bool:
-    value = data.get(name)
-    if value is None:
-        return False
-    if type(value) is not bool:
-        raise invalid(name, f"'{name}' must be true or false, not {type(value).__name__}", "invalid_type")
-    return value
+def _text_prompts(prompt: Any) -> tuple[Any, ...]:
+    """The prompts of a completions body: a string, a list of strings, a list of ids, a list of lists of ids."""
+    if isinstance(prompt, str):
+        prompts: list[Any] = [prompt]
+    elif prompt and isinstance(prompt[0], list):
+        prompts = list(prompt)
+    elif prompt and isinstance(prompt[0], str):
+        prompts = list(prompt)
+    else:
+        prompts = [prompt]
+    if len(prompts) > MAX_PROMPTS:
+        raise invalid("prompt", f"'prompt' has {len(prompts)} prompts: at most {MAX_PROMPTS} per request")
+    for i, one in enumerate(prompts):
+        param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+        if not one or (isinstance(one, str) and not one.strip()):
+            raise invalid(param, f"'{param}' must not be empty")
+    return tuple(prompts)
 
 
-def _text(value: Any, param: str) -> str:
-    if not isinstance(value, str):
-        raise invalid(param, f"'{param}' must be a string, not {type(value).__name__}", "invalid_type")
-    if not value.strip():
-        raise invalid(param, f"'{param}' must not be empty")
-    try:
-        unicode_text(param, value)
-    except CanvaslabError as error:  # a lone surrogate escaped in the JSON (\ud800): no tokenizer encodes it
-        raise invalid(param, str(error)) from None
-    return value
+def _messages(body: ChatBody) -> tuple[Any, ...]:
+    for i, message in enumerate(body.messages):
+        if not message.text.strip():
+            raise invalid(f"messages[{i}].content", f"'messages[{i}].content' must not be empty")
+    return ([{"role": m.role, "content": m.text} for m in body.messages],)
 
 
-def _completion_prompt(value: Any) -> Any:
-    """One prompt: a string, a list of token ids, or a list holding one string."""
-    if value is None:
-        raise invalid("prompt", "'prompt' is required", "missing_required_parameter")
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
-        value = value[0]
-    if isinstance(value, str):
-        return _text(value, "prompt")
-    if isinstance(value, list):
-        if not value:
-            raise invalid("prompt", "'prompt' must not be empty")
-        if all(type(token) is int for token in value):
-            return list(value)
-        raise invalid("prompt", "'prompt' must be a string or a list of token ids; send one prompt per request "
-                      "(use 'n' for several completions)", "invalid_type")
-    raise invalid("prompt", f"'prompt' must be a string or a list of token ids, not {type(value).__name__}",
-                  "invalid_type")
+def _response_format(body: _Body) -> None:
+    kind = body.response_format.type if body.response_format else "text"
+    if kind != "text":
+        raise invalid("response_format", f"'response_format' {kind!r} is not supported: a diffusion canvas is "
+                      "denoised all at once, so no grammar can constrain the tokens as they are drawn; give "
+                      "{\"type\": \"text\"}", "unsupported_value")
 
 
-def _messages(value: Any) -> list[dict[str, str]]:
-    if value is None:
-        raise invalid("messages", "'messages' is required", "missing_required_parameter")
-    if not isinstance(value, list) or not value:
-        raise invalid("messages", "'messages' must be a non-empty list of {role, content} objects", "invalid_type")
-    checked = []
-    for i, message in enumerate(value):
-        param = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise invalid(param, f"'{param}' must be an object with 'role' and 'content'", "invalid_type")
-        unknown = sorted(set(message) - {"role", "content"})
-        if unknown:
-            raise invalid(f"{param}.{unknown[0]}", f"'{param}.{unknown[0]}' is not supported: messages take "
-                          "'role' and 'content' only", "unknown_parameter")
-        role = message.get("role")
-        if role not in ROLES:
-            raise invalid(f"{param}.role", f"'{param}.role' is {role!r}: it must be one of {', '.join(ROLES)}")
-        content = message.get("content")
-        if isinstance(content, list):  # content parts: text parts only
-            parts = []
-            for j, part in enumerate(content):
-                if not isinstance(part, dict) or part.get("type") != "text" or set(part) != {"type", "text"}:
-                    raise invalid(f"{param}.content[{j}]", "only text content parts ({\"type\": \"text\", "
-                                  "\"text\": ...}) are supported", "invalid_type")
-                parts.append(_text(part["text"], f"{param}.content[{j}].text"))
-            content = "".join(parts)
-        checked.append({"role": role, "content": _text(content, f"{param}.content")})
-    return checked
+def _logprobs(body: _Body, kind: str) -> Optional[int]:
+    if kind == "completion":
+        if body.logprobs is not None and body.echo:
+            raise invalid("echo", "'echo' with 'logprobs' asks for the prompt's log-probabilities: a diffusion model "
+                          "has no left-to-right likelihood of a prompt to give; drop one of them", "unsupported_value")
+        return body.logprobs
+    if body.top_logprobs is not None and not body.logprobs:
+        raise invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true")
+    return (body.top_logprobs or 0) if body.logprobs else None
+
+
+def request_model(kind: str) -> type[_Body]:
+    return CompletionBody if kind == "completion" else ChatBody
 
 
 def parse_request(data: dict[str, Any], kind: str) -> CompletionRequest:
     """A completion (``kind="completion"``) or chat completion (``"chat"``) request, checked."""
-    allowed = COMPLETION_FIELDS if kind == "completion" else CHAT_FIELDS
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise invalid(unknown[0], f"unknown or unsupported field '{unknown[0]}'; this server takes "
-                      f"{', '.join(allowed)}", "unknown_parameter")
-    model = data.get("model")
-    if model is None:
-        raise invalid("model", "'model' is required", "missing_required_parameter")
-    if not isinstance(model, str):
-        raise invalid("model", f"'model' must be a string, not {type(model).__name__}", "invalid_type")
-    max_tokens = _whole(data, "max_tokens", 1, 2**31)
-    if kind == "chat":
-        newer = _whole(data, "max_completion_tokens", 1, 2**31)
-        if newer is not None and max_tokens is not None and newer != max_tokens:
+    _neutral(data)
+    try:
+        body = request_model(kind).model_validate({k: v for k, v in data.items() if k not in NEUTRAL})
+    except ValidationError as error:
+        raise refusal(error) from None
+    max_tokens, name = body.max_tokens, "max_tokens"
+    if kind == "chat" and body.max_completion_tokens is not None:
+        if max_tokens is not None and body.max_completion_tokens != max_tokens:
             raise invalid("max_completion_tokens", "give 'max_tokens' or 'max_completion_tokens', not two values")
-        max_tokens = newer if newer is not None else max_tokens
-        name = "max_completion_tokens" if newer is not None else "max_tokens"
-    else:
-        name = "max_tokens"
-    _neutral_number(data, "temperature", "the model's sampler follows its own temperature schedule")
-    _neutral_number(data, "top_p", "the model's sampler draws from the whole distribution")
-    seed = _whole(data, "seed", 0, MAX_SEED)
-    n = _whole(data, "n", 1, MAX_CHOICES) or 1
-    stream = _flag(data, "stream")
-    options = data.get("stream_options")
-    include_usage = False
-    if options is not None:
-        if not isinstance(options, dict) or set(options) - {"include_usage"}:
-            raise invalid("stream_options", "'stream_options' takes only {\"include_usage\": true|false}")
-        if not stream:
-            raise invalid("stream_options", "'stream_options' needs 'stream': true")
-        include_usage = _flag(options, "include_usage")
-    user = data.get("user")
-    if user is not None and not isinstance(user, str):
-        raise invalid("user", f"'user' must be a string, not {type(user).__name__}", "invalid_type")
-    prompt = _completion_prompt(data.get("prompt")) if kind == "completion" else _messages(data.get("messages"))
-    return CompletionRequest(kind, model, prompt, max_tokens, seed, n, stream, include_usage, name)
+        max_tokens, name = body.max_completion_tokens, "max_completion_tokens"
+    stream = bool(body.stream)
+    if body.stream_options is not None and not stream:
+        raise invalid("stream_options", "'stream_options' needs 'stream': true")
+    _response_format(body)
+    logprobs = _logprobs(body, kind)
+    prompts = _text_prompts(body.prompt) if kind == "completion" else _messages(body)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return CompletionRequest(
+        kind, body.model, prompts, max_tokens, body.seed, body.n or 1, stream, include_usage, name,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p, stop=tuple(body.stop or ()),
+        include_stop=body.include_stop_str_in_output,
+        logprobs=logprobs, echo=kind == "completion" and body.echo, ignored=tuple(sorted(body.model_extra or {})))
