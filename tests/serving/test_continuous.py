@@ -104,3 +104,22 @@ def test_freed_places_are_refilled_and_every_answer_is_its_own(tiny):
 def test_an_unknown_batching_is_refused_before_serving(tiny):
     with pytest.raises(CanvaslabError, match="batching 'dynamic'"):
         Engine(tiny, ServeSettings("tiny", batching="dynamic"))
+
+
+@pytest.mark.parametrize("fields, param", [({"temperature": 0}, "temperature"), ({"top_p": 0.5}, "top_p"),
+                                           ({"logprobs": 2}, "logprobs")])
+def test_sampling_of_its_own_is_refused_with_the_batching_that_serves_it(tiny, fields, param):
+    """The stepper draws with the model's own schedule: a row's own temperature, top_p or log-probabilities would be
+    ignored silently, so continuous batching refuses them and names --batching static."""
+
+    async def main():
+        async with served(tiny, batching="continuous") as (engine, client):
+            refused = await client.post("/v1/completions", json={**BODY, **fields})
+            plain = await client.post("/v1/completions", json={**BODY, "temperature": 1})
+            return refused, plain
+
+    refused, plain = asyncio.run(main())
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["param"] == param and "--batching static" in error["message"]
+    assert plain.status_code == 200, plain.text

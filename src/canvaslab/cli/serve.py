@@ -102,27 +102,20 @@ def serve(
 
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     loaded = load_model(model, dtype=dtype, device=device, layers=layers, seed=model_seed)
-    engine = Engine(loaded, ServeSettings(model=model, mode=mode, max_batch=max_batch,
-                                          batch_window_ms=batch_window_ms, max_queue=max_queue, steps=steps,
-                                          batching=batching))
-    shown = f"[{host}]" if ":" in host else host
-    console.print(f"serving {model} ({mode} mode, {batching} batching, {loaded.device}) at http://{shown}:{port}/v1; "
-                  "Ctrl-C or SIGTERM answers the requests in flight, then stops")
-    limits = ServerOptions(max_connections=max_connections, read_timeout_s=read_timeout,
-                           drain_timeout_s=drain_timeout, access_log=access_log)
-    serve_forever(create_app(engine), sock, options=limits, on_forced_stop=forced_stop_exit(
-        lambda: console.print("stopped without waiting for the requests in flight")),
-        on_drain_timeout=forced_stop_exit(lambda: console.print(
-            f"stopped after the {drain_timeout:g} s drain deadline; the requests still in flight were dropped"),
-            status=0))
     name = served_model_name or model
     engine = Engine(loaded, ServeSettings(model=name, mode=mode, max_batch=max_batch,
-                                          batch_window_ms=batch_window_ms, max_queue=max_queue, steps=steps))
+                                          batch_window_ms=batch_window_ms, max_queue=max_queue, steps=steps,
+                                          batching=batching))
     shown = f"[{host}]" if ":" in host else host
     if api_key is None and not loopback(host):
         console.print(f"warning: --host {host} is reachable beyond this machine and no --api-key is set: anyone who "
                       "reaches it can use the model")
-    console.print(f"serving {model} as '{name}' ({mode} mode, {loaded.device}) at http://{shown}:{port}/v1; "
-                  "Ctrl-C or SIGTERM answers the requests in flight, then stops")
-    serve_forever(create_app(engine, api_key=api_key), sock, on_forced_stop=forced_stop_exit(
-        lambda: console.print("stopped without waiting for the requests in flight")))
+    console.print(f"serving {model} as '{name}' ({mode} mode, {batching} batching, {loaded.device}) at "
+                  f"http://{shown}:{port}/v1; Ctrl-C or SIGTERM answers the requests in flight, then stops")
+    limits = ServerOptions(max_connections=max_connections, read_timeout_s=read_timeout,
+                           drain_timeout_s=drain_timeout, access_log=access_log)
+    serve_forever(create_app(engine, api_key=api_key), sock, options=limits, on_forced_stop=forced_stop_exit(
+        lambda: console.print("stopped without waiting for the requests in flight")),
+        on_drain_timeout=forced_stop_exit(lambda: console.print(
+            f"stopped after the {drain_timeout:g} s drain deadline; the requests still in flight were dropped"),
+            status=0))

@@ -543,7 +543,6 @@ class Engine:
             logprobs = [entry for canvas in row.canvas_logprobs for entry in canvas][:len(tokens)]
         return RowOutcome(text, tokens, finish, stop_point, batch_rows, batch_row, stop, logprobs)
 
-    @contextlib.contextmanager
     def generation_settings(self, row: Row) -> dict[str, Any]:
         """The generation settings of ``row`` (rows needing the same canvases share them)."""
         return {"max_denoising_steps": self.settings.steps, "max_new_tokens": row.canvases * self.canvas_length}
@@ -552,6 +551,7 @@ class Engine:
         """The chunks of a streaming row (None for a row that does not stream)."""
         return None if row.events is None else RowStream(self, row, loop)
 
+    @contextlib.contextmanager
     def _streaming(self, streams: list[tuple[int, Row]], loop):
         """Pass a streamer to transformers' generate for the batch's streaming rows and the rows that want
         log-probabilities (it changes no result)."""

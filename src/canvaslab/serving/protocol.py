@@ -22,7 +22,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, field_validator
 
-from canvaslab.choices import MAX_SEED, unicode_text
+from canvaslab.choices import MAX_SEED
 from canvaslab.errors import CanvaslabError
 from canvaslab.io import UnreadableFile, parse_json as bounded_json
 
