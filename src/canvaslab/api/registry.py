@@ -21,9 +21,10 @@ from typing import Any, Callable
 
 from canvaslab.api.plans import BatchSizeStudy, CommitOrderStudy, NoiseStudy, OpScan
 from canvaslab.errors import CanvaslabError
-from canvaslab.reports.html.batch_panel import batch_column
+from canvaslab.reports.html.batch_panel import batch_column, glance_rows
 from canvaslab.reports.html.noise_panel import noise_column
 from canvaslab.reports.html.op_scan_panel import op_scan_column
+from canvaslab.reports.html.order_drill import order_measures
 from canvaslab.reports.html.order_panel import order_column
 from canvaslab.reports.html.page import Section
 from canvaslab.reports.readers import batch_study, noise_study, op_scan, order_metrics
@@ -77,13 +78,13 @@ STUDIES: dict[str, StudyType] = {study.name: study for study in (
               "Does a row's generation depend on what shares its batch?", batch_study,
               Section(batch_study, "batch", "Batch-size study", "Row 0 alone (B=1) against row 0 inside batches of "
                       "other sizes, compared byte for byte, module by module and pass by pass.",
-                      batch_column), _batch_tables, "canvaslab.studies.batch_size.study:BatchSizeStudy"),
+                      batch_column, glance_rows), _batch_tables, "canvaslab.studies.batch_size.study:BatchSizeStudy"),
     StudyType("commit_order", "order-study", CommitOrderStudy, order_metrics.FILE, "generations",
               "In what order does the sampler commit canvas positions, and does its confidence predict "
               "correctness?", order_metrics,
               Section(order_metrics, "order", "Commit-order study", "In what order the sampler commits canvas "
                       "positions, per regime, and whether its confidence predicts correctness.",
-                      order_column), _order_tables, "canvaslab.studies.commit_order.study:OrderStudy"),
+                      order_column, order_measures), _order_tables, "canvaslab.studies.commit_order.study:OrderStudy"),
     StudyType("unused_tokens", "noise-study", NoiseStudy, noise_study.FILE, "conditions",
               "Do unused tokens in the starting noise act as hidden mask symbols?", noise_study,
               Section(noise_study, "noise", "Unused-token study", "Do <unusedN> tokens in the starting noise act as "

@@ -19,7 +19,8 @@ from matplotlib.ticker import MaxNLocator
 
 from canvaslab.analysis.order_metrics import commit_calls
 from canvaslab.reports.html import figures
-from canvaslab.reports.html.markup import column, esc, notes, number, table
+from canvaslab.reports.html.markup import column, esc, notes, number, plural, table
+from canvaslab.reports.html.order_drill import baseline_accuracy, drill_down
 from canvaslab.reports.order_metrics import defined_in
 from canvaslab.reports.readers.order_metrics import BLOCK_CURVES, OrderStudy, representative_traces
 
@@ -268,6 +269,15 @@ def regime_rows(study: OrderStudy) -> list[list[str]]:
     return rows
 
 
+def _generations(count: Any) -> str:
+    return plural(count, "generation") if isinstance(count, int) else f"{count if count is not None else '-'} generations"
+
+
+def _in_words(note: str) -> str:
+    """A note as a reader words it: the metrics' keys named by what they mean."""
+    return note.replace("simpson_prone", "the Simpson-reversal check")
+
+
 def order_column(study: OrderStudy, key: str, title: str, figs: figures.FigureSet) -> str:
     pooled = study.metrics.get("pooled_auroc") or {}
     body = [notes(study.notes), "<h4>Per regime</h4>",
@@ -276,9 +286,12 @@ def order_column(study: OrderStudy, key: str, title: str, figs: figures.FigureSe
                                             "control τ_b", "tokens / call", "same-call fraction",
                                             "un-accepts / generation",
                                             "accept calls [min-max] / budget",
-                                            "accuracy", "AUROC [95% CI]"), regime_rows(study)) + "</div>",
+                                            "accuracy", "autoregressive baseline's accuracy", "AUROC [95% CI]"),
+                                           [[*row[:-1], baseline_accuracy(study, row[0]), row[-1]]
+                                            for row in regime_rows(study)]) + "</div>",
             f'<p class="simpson"><strong>Pooled AUROC {esc(number(pooled.get("value")))}</strong> over '
-            f'{esc(pooled.get("n", "-"))} generations: {esc(pooled.get("note", ""))}</p>',
+            f'{esc(_generations(pooled.get("n")))}: {esc(_in_words(pooled.get("note", "")))}</p>',
+            drill_down(study),
             _figure(figs, lambda: raster_figure(study, representative_traces(study)), f"{key}-commit-raster",
                     "commit rasters per regime"),
             _figure(figs, lambda: block_tau_figure(study), f"{key}-block-tau",
