@@ -30,9 +30,9 @@ def test_answers_name_the_pass_where_the_canvas_parted(study_folders):
     assert rows["1 (reference)"][2] == "reference"
     assert rows["2"][2] == "same text" and rows["2"][3] == "never: identical to B=1"
     # B=4 commits other tokens from pass 2 on (0-based): the third denoising pass; its text changed a -> b
-    assert rows["4"][2] == "changed" and rows["4"][3].startswith("canvas 0, denoising pass 3")
+    assert rows["4"][2] == "changed" and rows["4"][3] == "denoising pass 3 (canvas 0, pass 3)"
     assert "<mark>b</mark>" in rows["4"][1]
-    assert verdict_sentence(study).startswith("Batching changed the answer in 1 run of 3: 1 prompt (builtin-0)")
+    assert verdict_sentence(study).startswith("Batching changed the answer in 1 of 3 runs: 1 prompt (builtin-0)")
 
 
 def test_without_a_changed_answer_the_page_says_so_and_gives_the_largest_difference(tmp_path, writers):
@@ -44,7 +44,7 @@ def test_without_a_changed_answer_the_page_says_so_and_gives_the_largest_differe
     data["runs"][-1]["first_divergence"]["max_abs_diff"] = 3e-6
     path.write_text(json.dumps(data))
     sentence = verdict_sentence(batch_study.read(tmp_path))
-    assert sentence.startswith("No answer changed on this machine: all 3 runs give B=1's text; 2 differ")
+    assert sentence.startswith("No answer changed on this machine: all 3 runs give B=1's text; 2 of them differ")
     assert "largest numeric difference: 3e-06 (prompt builtin-0, B=4, at canvas 0 pass 1)" in sentence
 
 

@@ -35,7 +35,7 @@ def parted_at(study: BatchStudy, run: BatchRun) -> str:
         series = size_series(run.path, reference, run.batch_size, run.stop_passes)
         for index, state in enumerate(series["passes"]):
             if DIFFERS in state["state"]:
-                return f"canvas {state['c']}, denoising pass {state['s'] + 1} (of the canvas grid's {index + 1})"
+                return f"denoising pass {index + 1} (canvas {state['c']}, pass {state['s'] + 1})"
     first = run.record.get("first_divergence")
     if first:
         return f"numbers only, from {first['pass']} (no committed token differs)"
@@ -78,16 +78,18 @@ def verdict_sentence(study: BatchStudy) -> str:
     if changed:
         prompts = list(dict.fromkeys(run.prompt_id for run in changed))
         sizes = sorted({run.batch_size for run in changed})
-        return (f"Batching changed the answer in {plural(len(changed), 'run')} of {len(runs)}: "
-                f"{plural(len(prompts), 'prompt')} ({', '.join(prompts)}) at batch sizes "
-                f"{', '.join(map(str, sizes))}.")
+        return (f"Batching changed the answer in {len(changed)} of {plural(len(runs), 'run')}: "
+                f"{plural(len(prompts), 'prompt')} ({', '.join(prompts)}) at batch "
+                f"{'size' if len(sizes) == 1 else 'sizes'} {', '.join(map(str, sizes))}.")
     diverged = sum(1 for run in runs if run.record.get("diverged"))
     largest = largest_difference(study)
     numbers = ("" if largest is None else
                f" The largest numeric difference: {largest[0]:.3g} (prompt {largest[1].prompt_id}, "
                f"B={largest[1].batch_size}, at {largest[1].record['first_divergence']['pass']}).")
+    if not diverged:
+        return f"No answer changed on this machine: all {plural(len(runs), 'run')} are identical to B=1, bit for bit."
     return (f"No answer changed on this machine: all {plural(len(runs), 'run')} give B=1's text; "
-            f"{diverged} differ from B=1 in their numbers only.{numbers}")
+            f"{diverged} of them differ from B=1 in their numbers only.{numbers}")
 
 
 def answers_block(study: BatchStudy, prompt: str) -> str:

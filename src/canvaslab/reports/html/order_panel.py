@@ -86,7 +86,7 @@ def raster_figure(study: OrderStudy, picked: dict[str, list]):
             ax.set_title(f"{_with_sample(regime, study.sample(regime))}\n{shown}" if col == 0 else f"\n{shown}",
                          fontsize=8)
             ax.set_xlabel("canvas position (token index)")
-            ax.set_ylabel("accept call (0-based)")
+            ax.set_ylabel("accept call")
             for axis in (ax.xaxis, ax.yaxis):  # calls and positions are whole numbers: no tick at -0.5 or 0.5
                 axis.set_major_locator(MaxNLocator(integer=True))
     fig.legend(handles=[Patch(facecolor=c, edgecolor="grey", label=label) for label, c in RASTER_KINDS],
@@ -275,7 +275,7 @@ def _generations(count: Any) -> str:
 
 def _in_words(note: str) -> str:
     """A note as a reader words it: the metrics' keys named by what they mean."""
-    return note.replace("simpson_prone", "the Simpson-reversal check")
+    return note.replace("simpson_prone tests", "The Simpson flag tests").replace("simpson_prone", "the Simpson flag")
 
 
 def order_column(study: OrderStudy, key: str, title: str, figs: figures.FigureSet) -> str:
