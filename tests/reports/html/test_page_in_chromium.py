@@ -73,6 +73,7 @@ def test_play_pause_and_hover(chromium, page):
     assert chromium.evaluate("document.getElementById('pass-slider').value") != "4"  # it advanced and wrapped
     chromium.evaluate("document.getElementById('play').click()")
     assert chromium.evaluate("document.getElementById('play').getAttribute('aria-pressed')") == "false"
+    chromium.evaluate("document.querySelector('.grids[data-dataset=\"batch0-0\"] .cells').scrollIntoView({block: 'center'})")
     x, y = chromium.evaluate("(() => { const r = document.querySelector('.grids[data-dataset=\"batch0-0\"] .cells span')"
                              ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
     chromium.send("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
