@@ -111,10 +111,16 @@ def write_order_study(folder, generations=24, regimes=("math", "factual"), calls
         index = g // len(regimes)  # the regime's index-th generation: prompt index // 3, seed index % 3
         prompt = f"{regime}-{index // 3}"
         traces.append(GenerationTrace(f"{prompt}#{index % 3}", regime, prompt, index % 3, calls, content, call_list,
-                                      correct=bool(rng.random() < 0.5)))
+                                      correct=bool(rng.random() < 0.5),
+                                      extra={"prompt": f"question {prompt}", "text": f"answer {g}"}))
     write_traces(folder / "traces.jsonl", traces)
     metrics = compute_order_metrics(folder / "traces.jsonl", n_bootstrap=n_bootstrap)
-    write_json_atomic(folder / "order_metrics.json", {**metrics, "environment": {**ENVIRONMENT, "mode": "stock"}})
+    baseline = {regime: {"n": 4, "n_scored": 4, "accuracy": 0.75} for regime in regimes}
+    write_json_atomic(folder / "baseline.json", {"regimes": baseline, "generations": [
+        {"probe_id": t.prompt_id, "regime": t.regime, "text": f"baseline says {t.prompt_id}", "correct": True}
+        for t in traces if t.seed == 0]})
+    write_json_atomic(folder / "order_metrics.json", {**metrics, "environment": {**ENVIRONMENT, "mode": "stock"},
+                                                      "baseline": {"file": "baseline.json", "regimes": baseline}})
     return metrics
 
 

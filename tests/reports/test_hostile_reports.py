@@ -46,11 +46,11 @@ def test_a_figure_file_that_is_a_link_is_replaced_never_written_through(tmp_path
     victim = tmp_path / "victim.png"
     victim.write_bytes(b"the victim's own picture")
     (batch / "report-figures").mkdir()
-    (batch / "report-figures" / "batch0-canvas-final.png").symlink_to(victim)
+    (batch / "report-figures" / "batch0-0-canvas-final.png").symlink_to(victim)
     (batch / "report.html").symlink_to(tmp_path / "victim.html")
     main(["report", str(batch)])
     assert victim.read_bytes() == b"the victim's own picture" and not (tmp_path / "victim.html").exists()
-    written = batch / "report-figures" / "batch0-canvas-final.png"
+    written = batch / "report-figures" / "batch0-0-canvas-final.png"
     assert not written.is_symlink() and written.read_bytes().startswith(b"\x89PNG")
     assert not (batch / "report.html").is_symlink()
 

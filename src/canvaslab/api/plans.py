@@ -138,8 +138,8 @@ class BatchSizeStudy(_Plan):
         """The prompts as the study records them (ids and texts)."""
         from canvaslab.prompts import Prompt, builtin_prompts, load_prompt_file
 
-        if isinstance(self.prompts, int):
-            return builtin_prompts(self.prompts)
+        if isinstance(self.prompts, int):  # a trained model is asked questions it answers in words
+            return builtin_prompts(self.prompts, questions=not _is_preset(self.model))
         if isinstance(self.prompts, tuple):
             return [Prompt(f"text-{i}", text) for i, text in enumerate(self.prompts)]
         return load_prompt_file(self.prompts)
@@ -401,3 +401,8 @@ def _first_pass_lines(plan) -> tuple[str, ...]:
                      f"{power['tost_power_per_comparison']:.2f} per comparison, joint >= "
                      f"{power['joint_power_lower_bound']:.2f}")
     return tuple(lines)
+
+
+def _is_preset(model) -> bool:
+    """A random-weight preset (``tiny``, ``real-shapes``), whose synthetic tokenizer knows plain words only."""
+    return isinstance(model, str) and model in choices.PRESET_NAMES

@@ -84,14 +84,16 @@ STUDIES: dict[str, StudyType] = {study.name: study for study in (
               "Does a row's generation depend on what shares its batch?", batch_study,
               Section(batch_study, "batch", "Batch-size study", "Row 0 alone (B=1) against row 0 inside batches of "
                       "other sizes, compared byte for byte, module by module and pass by pass.",
-                      _imported_on_call("canvaslab.reports.html.batch_panel:batch_column")),
+                      _imported_on_call("canvaslab.reports.html.batch_panel:batch_column"),
+                      _imported_on_call("canvaslab.reports.html.batch_panel:glance_rows")),
               _batch_tables, "canvaslab.studies.batch_size.study:BatchSizeStudy"),
     StudyType("commit_order", "order-study", CommitOrderStudy, order_metrics.FILE, "generations",
               "In what order does the sampler commit canvas positions, and does its confidence predict "
               "correctness?", order_metrics,
               Section(order_metrics, "order", "Commit-order study", "In what order the sampler commits canvas "
                       "positions, per regime, and whether its confidence predicts correctness.",
-                      _imported_on_call("canvaslab.reports.html.order_panel:order_column")),
+                      _imported_on_call("canvaslab.reports.html.order_panel:order_column"),
+                      _imported_on_call("canvaslab.reports.html.order_drill:order_measures")),
               _order_tables, "canvaslab.studies.commit_order.study:OrderStudy"),
     StudyType("unused_tokens", "noise-study", NoiseStudy, noise_study.FILE, "conditions",
               "Do unused tokens in the starting noise act as hidden mask symbols?", noise_study,

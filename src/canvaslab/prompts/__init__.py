@@ -34,17 +34,43 @@ BUILTIN_PROMPTS: tuple[str, ...] = (
 )
 
 
+# Questions a trained model answers in words (facts of ``mini``'s synthetic knowledge base, in its trained
+# question forms): what the batch-size study asks a model that has a chat template, so that a changed answer
+# reads as changed words. The same count as ``BUILTIN_PROMPTS``.
+QUESTION_PROMPTS: tuple[str, ...] = (
+    "Name the capital of Boustokisania.",
+    "Which language is spoken in Silounstan?",
+    "When was Vouzorstan founded?",
+    "Name the capital of Lamarethea.",
+    "Which language is spoken in Klainousland?",
+    "When was Mebimstan founded?",
+    "Name the capital of Raidasia.",
+    "Which language is spoken in Stoutrurstan?",
+    "When was Gelirstan founded?",
+    "Name the capital of Kluputisor.",
+    "Which language is spoken in Babrastarland?",
+    "When was Mavulorea founded?",
+    "Name the capital of Mezoulea.",
+    "Which language is spoken in Stounuzoumland?",
+    "When was Raidasia founded?",
+    "Name the capital of Sopotounland.",
+)
+
+
 @dataclass(frozen=True)
 class Prompt:
     prompt_id: str
     text: str
 
 
-def builtin_prompts(count: int) -> list[Prompt]:
+def builtin_prompts(count: int, questions: bool = False) -> list[Prompt]:
+    """The first ``count`` built-in prompts: plain sentences for the presets' synthetic tokenizers, or
+    (``questions``) the questions a trained model answers in words."""
     if not 1 <= count <= len(BUILTIN_PROMPTS):
         raise CanvaslabError(f"--prompts {count}: the built-in set has 1 to {len(BUILTIN_PROMPTS)} prompts; "
                              "pass a file for more")
-    return [Prompt(f"builtin-{i}", text) for i, text in enumerate(BUILTIN_PROMPTS[:count])]
+    texts = QUESTION_PROMPTS if questions else BUILTIN_PROMPTS
+    return [Prompt(f"builtin-{i}", text) for i, text in enumerate(texts[:count])]
 
 
 def _jsonl_prompt(line: str, number: int, path: Path) -> Prompt:

@@ -119,8 +119,8 @@ def _caption(result: dict[str, Any]) -> str:
     summary = result["summary"]
     caption = (
         f"{summary['diverged']}/{summary['runs']} runs diverged, {summary['text_changed']} changed text, "
-        f"{summary['stop_changed']} changed stopping point; passes matching {summary['passes_matching']}/"
-        f"{summary['passes_total']}; {summary['bytes_compared']:,} bytes compared; batch sizes that agree: "
+        f"{summary['stop_changed']} changed stopping point; model passes identical to B=1 "
+        f"{summary['passes_matching']}/{summary['passes_total']} (every run's prompt-encoding and denoising passes); {summary['bytes_compared']:,} bytes compared; batch sizes that agree: "
         f"{summary['equivalence_classes']}; repeat B=1 identical: {summary['repeat_control_identical']}"
         f"{_repeat_where(result.get('repeat_control'))}"
     )

@@ -78,6 +78,7 @@ class Chromium:
         raise TimeoutError(method)
 
     def open(self, url: str) -> None:
+        self.events.clear()  # a page opened before (a shared browser) must not answer for this one's load
         self.send("Page.navigate", url=url)
         self.wait_for("Page.loadEventFired")
 
@@ -131,6 +132,18 @@ def chromium(tmp_path):
     if chromium_binary() is None:
         pytest.skip("chromium is not installed (CI installs it: .ci/run)")
     browser = Chromium(tmp_path / "profile")
+    try:
+        yield browser
+    finally:
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def module_chromium(tmp_path_factory):
+    """One browser shared by a module's tests (starting chromium is the slow part)."""
+    if chromium_binary() is None:
+        pytest.skip("chromium is not installed (CI installs it: .ci/run)")
+    browser = Chromium(tmp_path_factory.mktemp("profile"))
     try:
         yield browser
     finally:

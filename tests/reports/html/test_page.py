@@ -33,7 +33,11 @@ def report(study_folders, tmp_path_factory):
 
 def test_page_references_nothing_outside_itself(report):
     _, html = report
-    assert not FETCHABLE.findall(html.replace('http-equiv="Content-Security-Policy"', ""))
+    # The study folders' paths are links a reader may follow (a click, never a load): nothing else leaves the page.
+    links = re.findall(r'<a class="source" href="file:[^"]*">', html)
+    assert len(links) == 5
+    assert not FETCHABLE.findall(re.sub(r'<a class="source" href="file:[^"]*">', "", html)
+                                 .replace('http-equiv="Content-Security-Policy"', ""))
     assert "default-src 'none'" in html
 
 
@@ -49,7 +53,7 @@ def test_every_study_has_a_section_and_each_folder_a_column_with_its_environment
 def test_figures_are_written_as_png_and_svg_and_inlined(report):
     written, html = report
     names = {p.stem for p in written.figures}
-    assert {"batch0-spread-heatmap", "batch0-canvas-final", "order2-commit-raster", "order2-block-tau",
+    assert {"batch0-0-spread-heatmap-b3", "batch0-0-canvas-final", "order2-commit-raster", "order2-block-tau",
             "order2-auroc-reliability", "noise3-forest", "ops4-op-scan"} <= names
     for path in written.figures:
         assert path.stat().st_size > 1000
@@ -60,7 +64,7 @@ def test_figures_are_written_as_png_and_svg_and_inlined(report):
 def test_canvas_data_block_holds_one_dataset_per_batch_folder(report):
     _, html = report
     data = json.loads(re.search(r'<script type="application/json" id="canvas-data">(.*?)</script>', html, re.S).group(1))
-    assert [d["key"] for d in data] == ["batch0", "batch1"]
+    assert [d["key"] for d in data] == ["batch0-0", "batch1-0"]
     assert [s["B"] for s in data[0]["sizes"]] == [1, 2, 3, 4]
 
 
@@ -69,7 +73,7 @@ def test_results_at_a_glance_and_origins_come_from_the_summary_and_runs(study_fo
     rows = dict(glance_rows(study))
     assert rows["generation runs that diverged"] == "2 / 3"
     assert rows["final texts that changed"] == "1 / 3"
-    assert rows["denoising passes matching B=1"] == "7 / 15"
+    assert rows["model passes identical to B=1 (every run)"] == "7 / 15"
     groups = origin_groups(study)
     assert [(g[2], g[3]) for g in groups] == [(2, "3-4"), (1, "2")]
     assert groups[0][1] == "dec.L0.router.proj:linear"  # reports.names.compact_module_path

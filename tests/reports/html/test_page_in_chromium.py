@@ -11,7 +11,7 @@ from canvaslab.api import report as build_report
 from canvaslab.reports.html.canvas_grid import canvas_dataset
 from canvaslab.reports.readers import batch_study
 
-GRIDS = """[...document.querySelectorAll('.grids[data-dataset="batch0"] .grid-box')].map(b => ({
+GRIDS = """[...document.querySelectorAll('.grids[data-dataset="batch0-0"] .grid-box')].map(b => ({
   batch: Number(b.dataset.batch), shown: b.dataset.shownPass,
   cells: [...b.querySelectorAll('.cells span')].map(s => s.className.slice(1)).join('')}))"""
 
@@ -22,7 +22,7 @@ def page(study_folders, tmp_path_factory):
     out = tmp_path_factory.mktemp("page") / "report.html"
     build_report([folders[n] for n in ("stock", "invariant", "order", "noise", "ops")], out)
     study = batch_study.read(folders["stock"])
-    return out, canvas_dataset(study, "builtin-0", "batch0", "stock")
+    return out, canvas_dataset(study, "builtin-0", "batch0-0", "stock")
 
 
 def _expected(dataset, k):
@@ -56,12 +56,12 @@ def test_slider_moves_every_grid_by_keyboard_and_input_event(chromium, page):
     chromium.press("ArrowRight")
     shown = chromium.evaluate(GRIDS)
     assert shown == _expected(dataset, 2) and "2" in shown[2]["cells"]  # B=3's planted difference shows
-    assert "pass 3 (3 / 5)" in chromium.evaluate("document.getElementById('pass-label').textContent")
+    assert "denoising pass 3 of 5" in chromium.evaluate("document.getElementById('pass-label').textContent")
     chromium.evaluate("const s = document.getElementById('pass-slider'); s.value = '1';"
                       "s.dispatchEvent(new Event('input', {bubbles: true}))")
     assert chromium.evaluate(GRIDS) == _expected(dataset, 1)
     # both folders' grids follow the one slider
-    assert chromium.evaluate("document.querySelector('.grids[data-dataset=\"batch1\"] .grid-box').dataset.shownPass") == "0:1"
+    assert chromium.evaluate("document.querySelector('.grids[data-dataset=\"batch1-0\"] .grid-box').dataset.shownPass") == "0:1"
 
 
 def test_play_pause_and_hover(chromium, page):
@@ -73,7 +73,8 @@ def test_play_pause_and_hover(chromium, page):
     assert chromium.evaluate("document.getElementById('pass-slider').value") != "4"  # it advanced and wrapped
     chromium.evaluate("document.getElementById('play').click()")
     assert chromium.evaluate("document.getElementById('play').getAttribute('aria-pressed')") == "false"
-    x, y = chromium.evaluate("(() => { const r = document.querySelector('.grids[data-dataset=\"batch0\"] .cells span')"
+    chromium.evaluate("document.querySelector('.grids[data-dataset=\"batch0-0\"] .cells').scrollIntoView({block: 'center'})")
+    x, y = chromium.evaluate("(() => { const r = document.querySelector('.grids[data-dataset=\"batch0-0\"] .cells span')"
                              ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
     chromium.send("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
     tip = chromium.evaluate("document.getElementById('tip').textContent")

@@ -18,7 +18,8 @@ from matplotlib.patches import Patch, Rectangle
 from canvaslab.reports.names import compact_location, compact_module_path
 from canvaslab.reports.html import figures
 from canvaslab.reports.html.canvas_grid import DIFFERS, canvas_dataset, showcase_prompt, size_series, state_counts
-from canvaslab.reports.html.markup import column, esc, human_bytes, notes, number, table
+from canvaslab.reports.html.answers import answers_block, verdict_sentence
+from canvaslab.reports.html.markup import column, esc, human_bytes, notes, number, plural, table
 from canvaslab.reports.readers.batch_study import BatchRun, BatchStudy
 
 MAX_HEATMAPS = 6
@@ -33,11 +34,23 @@ def glance_rows(study: BatchStudy) -> list[tuple[str, str]]:
         ("generation runs that diverged", f"{s.get('diverged', '-')} / {runs}"),
         ("final texts that changed", f"{s.get('text_changed', '-')} / {runs}"),
         ("stopping points that changed", f"{s.get('stop_changed', '-')} / {runs}"),
-        ("denoising passes matching B=1", f"{s.get('passes_matching', '-')} / {s.get('passes_total', '-')}"),
+        ("model passes identical to B=1 (every run)", f"{s.get('passes_matching', '-')} / {s.get('passes_total', '-')}"),
         ("bytes compared", human_bytes(s.get("bytes_compared"))),
         ("batch sizes that agree (classes)", str(s.get("equivalence_classes", "-"))),
         ("B=1 repeated: identical", str(s.get("repeat_control_identical", "-"))),
     ]
+
+
+def pass_note(study: BatchStudy) -> str:
+    """How a run's model passes split into the prompt's encoding and the denoising passes (the slider's)."""
+    run = next((r for r in study.runs if r.spread and r.record.get("passes_total")), None)
+    if run is None:
+        return ("Model passes count every forward pass of a run: the prompt's encoding and each denoising pass.")
+    denoising = len(run.spread)
+    total = int(run.record["passes_total"])
+    return (f"Model passes count every forward pass of a run: {plural(total - denoising, 'pass', 'passes')} "
+            f"encoding the prompt and {plural(denoising, 'denoising pass', 'denoising passes')} "
+            f"(the slider's) make {total} per run (prompt {run.prompt_id}, B={run.batch_size}).")
 
 
 def origin_label(record: dict[str, Any]) -> str:
@@ -121,25 +134,42 @@ def representatives(study: BatchStudy, prompt: str) -> list[BatchRun]:
     return sorted(chosen[:MAX_HEATMAPS] or runs[:MAX_HEATMAPS], key=lambda run: run.batch_size)
 
 
+def constant_value(matrix: np.ndarray) -> float | None:
+    """The one value every finite cell holds, or None when the cells differ (a figure worth drawing)."""
+    finite = matrix[np.isfinite(matrix)]
+    return float(finite[0]) if finite.size and np.all(finite == finite[0]) else None
+
+
+def _constant_sentence(what: str, value: float) -> str:
+    meaning = ("no position differs from B=1: the outputs are identical" if value == 0 else
+               "every position differs from B=1" if value == 1 else f"{value:.0%} of the positions differ from B=1")
+    return f'<p class="constant" role="note">{esc(what)}: at every layer and pass {meaning}, so its figure would be ' \
+           'one flat colour and is left out.</p>'
+
+
+def _heatmap(run: BatchRun, prompt: str, figs: figures.FigureSet, name: str) -> str:
+    """One batch size's layer x pass spread, or a sentence when every cell holds the same fraction."""
+    matrix, layers, labels = spread_matrix(run)
+    flat = constant_value(matrix)
+    if flat is not None:
+        return f'<div data-batch="{run.batch_size}">{_constant_sentence(f"B={run.batch_size}", flat)}</div>'
+    with figures.style():
+        fig, ax = figures.plt.subplots(figsize=(2.6 + 0.12 * len(labels), 2.8), constrained_layout=True)
+        image = ax.imshow(matrix, aspect="auto", cmap="cividis", vmin=0, vmax=1, interpolation="nearest")
+        ax.set_xlabel("denoising pass (canvas c, pass p)")
+        step = max(1, len(labels) // 16)  # at most 16 tick labels, so they stay readable
+        ax.set_xticks(range(0, len(labels), step), labels[::step], rotation=90)
+        ax.set_yticks(range(len(layers)), [layer.split()[-1] for layer in layers])
+        ax.set_ylabel("decoder layer")
+        fig.colorbar(image, ax=ax, label="fraction of positions\ndiffering from B=1")
+        ax.set_title(f"Spread in row 0, B={run.batch_size} ({prompt})")
+        svg = figs.save(fig, name, f"layer by pass heatmap of the spread for prompt {prompt}, B={run.batch_size}")
+    return svg.replace('<figure class="figure"', f'<figure class="figure" data-batch="{run.batch_size}"', 1)
+
+
 def _heatmaps(study: BatchStudy, prompt: str, figs: figures.FigureSet, name: str) -> str:
     runs = [r for r in representatives(study, prompt) if r.spread]
-    if not runs:
-        return ""
-    with figures.style():
-        fig, axes = figures.plt.subplots(1, len(runs), figsize=(2.2 + 2.0 * len(runs), 2.6), squeeze=False,
-                                         sharey=True, constrained_layout=True)
-        image = None
-        for ax, run in zip(axes[0], runs):
-            matrix, layers, labels = spread_matrix(run)
-            image = ax.imshow(matrix, aspect="auto", cmap="cividis", vmin=0, vmax=1, interpolation="nearest")
-            ax.set_title(f"B={run.batch_size}")
-            ax.set_xlabel("decoder pass (canvas c, pass p)")
-            ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=6)
-            ax.set_yticks(range(len(layers)), [layer.split()[-1] for layer in layers])
-        axes[0][0].set_ylabel("decoder layer")
-        fig.colorbar(image, ax=axes[0].tolist(), label="fraction of canvas positions\ndiffering from B=1 (0-1)")
-        fig.suptitle(f"Spread in row 0 ({prompt}): decoder layer output vs B=1, per pass")
-        return figs.save(fig, name, f"layer by pass heatmaps of the spread for prompt {prompt}")
+    return "".join(_heatmap(run, prompt, figs, f"{name}-b{run.batch_size}") for run in runs)
 
 
 def _overview(study: BatchStudy, prompt: str, figs: figures.FigureSet, name: str) -> str:
@@ -152,10 +182,14 @@ def _overview(study: BatchStudy, prompt: str, figs: figures.FigureSet, name: str
     for i, run in enumerate(runs):
         m, _, _ = spread_matrix(run)
         matrix[i, : m.shape[1]] = m[-1]
+    flat = constant_value(matrix)
+    if flat is not None:
+        return _constant_sentence("Last decoder layer, every batch size", flat)
     with figures.style():
         fig, ax = figures.plt.subplots(figsize=(6.4, 1.2 + 0.16 * len(runs)), constrained_layout=True)
         image = ax.imshow(matrix, aspect="auto", cmap="cividis", vmin=0, vmax=1, interpolation="nearest")
-        ax.set_yticks(range(len(runs)), [str(r.batch_size) for r in runs], fontsize=6 if len(runs) > 16 else 8)
+        step = max(1, len(runs) // 16)
+        ax.set_yticks(range(0, len(runs), step), [str(r.batch_size) for r in runs][::step])
         ax.set_xlabel("decoder pass (index across canvases)")
         ax.set_ylabel("batch size B")
         ax.set_title(f"Last decoder layer: positions differing from B=1 ({prompt})")
@@ -169,19 +203,23 @@ def _path_lines(study: BatchStudy, prompt: str, figs: figures.FigureSet, name: s
     runs = [r for r in representatives(study, prompt) if r.path][:MAX_LINES]
     if not reference or not runs:
         return ""
+    counts = {run.batch_size: [c["differs"] for c in state_counts(size_series(run.path, reference, run.batch_size,
+                                                                               run.stop_passes))] for run in runs}
+    if not any(any(values) for values in counts.values()):
+        return ('<p class="constant" role="note">No committed token of row 0\'s canvas differs from B=1 at any '
+                'denoising pass, for any batch size: the per-pass count is zero throughout and its figure is left '
+                'out.</p>')
     markers = "osD^vP*X"
     styles = ["-", "--", "-.", ":"]
     with figures.style():
         fig, ax = figures.plt.subplots(figsize=(6.4, 3.0), constrained_layout=True)
         for i, run in enumerate(runs):
-            series = size_series(run.path, reference, run.batch_size, run.stop_passes)
-            counts = [c["differs"] for c in state_counts(series)]
-            ax.plot(range(1, len(counts) + 1), counts, marker=markers[i % 8], linestyle=styles[i % 4],
-                    color=figures.OKABE_ITO[i % 8], label=f"B={run.batch_size} (stopped at pass {len(counts)})")
+            ax.plot(range(1, len(counts[run.batch_size]) + 1), counts[run.batch_size], marker=markers[i % 8], linestyle=styles[i % 4],
+                    color=figures.OKABE_ITO[i % 8], label=f"B={run.batch_size} (stopped at pass {len(counts[run.batch_size])})")
         ax.set_xlabel("decoder pass (1-based, across canvases)")
         ax.set_ylabel("positions differing from B=1 (count)")
         ax.set_title(f"Denoising path: row 0's canvas against B=1 ({prompt})")
-        ax.legend(fontsize=7, frameon=False)
+        ax.legend(frameon=False)
         return figs.save(fig, name, "positions differing from B=1 per pass")
 
 
@@ -207,37 +245,52 @@ def _final_grids(dataset: dict[str, Any], figs: figures.FigureSet, name: str) ->
             ax.set_aspect("equal")
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_title(f"B={series['B']}, pass {len(series['passes'])}", fontsize=8)
+            ax.set_title(f"B={series['B']}, pass {len(series['passes'])}")
         fig.legend(handles=[Patch(facecolor=figures.NOISE, edgecolor="grey", label="noise"),
                             Patch(facecolor=figures.COMMITTED, label="committed token"),
                             Patch(facecolor=figures.DIFFERS, hatch=figures.DIFFERS_HATCH, label="differs from B=1")],
-                   loc="lower center", ncol=3, frameon=False, fontsize=8)
+                   loc="lower center", ncol=3, frameon=False)
         fig.suptitle(f"Row 0's canvas at its last pass ({dataset['prompt']}; {side}x{side} positions, row-major)")
         fig.subplots_adjust(bottom=0.18, top=0.8)
         return figs.save(fig, name, "canvas grids at the last pass")
 
 
-def batch_column(study: BatchStudy, key: str, title: str, figs: figures.FigureSet) -> tuple[str, dict | None]:
-    """One folder's batch-study column and its canvas dataset for the page's denoising path."""
-    prompt = showcase_prompt(study)
-    dataset = canvas_dataset(study, prompt, key, title) if prompt else None
-    body = [notes(study.notes), '<h4>Results at a glance</h4>', table(("measurement", "result"), glance_rows(study))]
+def _prompt_block(study: BatchStudy, prompt: str, key: str, title: str, figs: figures.FigureSet) -> tuple[str, dict | None]:
+    """Everything the page shows of one prompt: its answers, denoising path, spread; hidden unless selected."""
+    dataset = canvas_dataset(study, prompt, key, title)
+    text = next((p.get("text") for p in study.config.get("prompts", []) if p.get("prompt_id") == prompt), None)
+    body = [f'<h4>Answers (prompt {esc(prompt)})</h4>',
+            f'<p class="prompt-text">{esc(text)}</p>' if text else "", answers_block(study, prompt)]
     if dataset:
         body += [f"<h4>Denoising path (prompt {esc(prompt)})</h4>",
                  f'<div class="grids" data-dataset="{esc(key)}" aria-label="canvas grids, {esc(title)}"></div>']
+    body += [f"<h4>Spread (prompt {esc(prompt)})</h4>", _heatmaps(study, prompt, figs, f"{key}-spread-heatmap"),
+             _overview(study, prompt, figs, f"{key}-spread-overview"),
+             "<h4>Denoising path, for print</h4>", _path_lines(study, prompt, figs, f"{key}-path-differs")]
+    if dataset:
+        body.append(_final_grids(dataset, figs, f"{key}-canvas-final"))
+    return f'<div class="per-prompt" data-prompt="{esc(prompt)}">{"".join(body)}</div>', dataset
+
+
+def batch_column(study: BatchStudy, key: str, title: str, figs: figures.FigureSet) -> tuple[str, list[dict]]:
+    """One folder's batch-study column and the canvas datasets (one per prompt) of the page's denoising path."""
+    shown = showcase_prompt(study)
+    ordered = [p for p in study.prompt_ids if any(r.prompt_id == p for r in study.runs)]
+    body = [notes(study.notes), f'<p class="verdict">{esc(verdict_sentence(study))}</p>',
+            '<h4>Results at a glance</h4>', table(("measurement", "result"), glance_rows(study)),
+            f'<p class="intro">{esc(pass_note(study))}</p>']
+    datasets = []
+    for index, prompt in enumerate(ordered):
+        block, dataset = _prompt_block(study, prompt, f"{key}-{index}", title, figs)
+        body.append(block if prompt == shown else block.replace('class="per-prompt"', 'class="per-prompt" hidden', 1))
+        datasets += [dataset] if dataset else []
     body += ["<h4>First divergence and origin</h4>",
              table(("first divergence", "origin (op that created it)", "runs", "batch sizes"), origin_groups(study)),
              f'<details><summary>every run ({len(study.runs)}): router and logits % in the first differing '
              f'decoder pass; canvas positions differing per layer</summary><div class="scroll">'
              + table(("prompt", "B", "first divergence", "origin", "router", "logits", "positions per layer",
-                      "passes", "text / stop"), run_rows(study)) + "</div></details>"]
-    if prompt:
-        body += [f"<h4>Spread (prompt {esc(prompt)})</h4>", _heatmaps(study, prompt, figs, f"{key}-spread-heatmap"),
-                 _overview(study, prompt, figs, f"{key}-spread-overview"),
-                 "<h4>Denoising path, for print</h4>", _path_lines(study, prompt, figs, f"{key}-path-differs")]
-    if dataset:
-        body.append(_final_grids(dataset, figs, f"{key}-canvas-final"))
-    return column(title, study.environment, "".join(body), str(study.source)), dataset
+                      "model passes identical to B=1", "text / stop"), run_rows(study)) + "</div></details>"]
+    return column(title, study.environment, "".join(body), str(study.source)), datasets
 
 
-__all__ = ["batch_column", "glance_rows", "origin_groups", "run_rows", "spread_matrix", "number"]
+__all__ = ["batch_column", "glance_rows", "origin_groups", "pass_note", "run_rows", "spread_matrix", "number"]

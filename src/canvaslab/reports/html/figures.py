@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import matplotlib
+import matplotlib.text
 
 from canvaslab.io import atomic_writer, write_text_atomic
 
@@ -27,12 +28,15 @@ OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "
 NOISE, COMMITTED, DIFFERS = "#E8E8E8", "#0072B2", "#E69F00"
 DIFFERS_HATCH = "////"
 STYLE = {
-    "svg.fonttype": "none", "svg.hashsalt": "canvaslab", "font.family": "sans-serif", "font.size": 9,
-    "axes.titlesize": 10, "axes.prop_cycle": matplotlib.cycler(color=OKABE_ITO), "figure.dpi": 100,
+    "svg.fonttype": "none", "svg.hashsalt": "canvaslab", "font.family": "sans-serif", "font.size": 11,
+    "axes.titlesize": 12, "axes.prop_cycle": matplotlib.cycler(color=OKABE_ITO), "figure.dpi": 100,
     "axes.spines.top": False, "axes.spines.right": False,
     "text.parse_math": False,  # titles hold prompt ids: a "$" is a dollar sign, never math markup
 }
 PNG_DPI = 200
+# The smallest text a figure may hold, in points; the page never draws an SVG unit smaller than a CSS pixel
+# (``inline_svg``), so no figure text is under 11 px at 100% zoom.
+MIN_FONT_PT = 11.0
 
 
 class FigureSet:
@@ -49,6 +53,7 @@ class FigureSet:
 
     def save(self, fig, name: str, alt: str) -> str:
         """Write the files, close the figure, return an inline ``<figure>`` (SVG + caption-free alt text)."""
+        readable(fig)
         try:
             with atomic_writer(self.folder / f"{name}.png", binary=True, below=self.below) as handle:
                 fig.savefig(handle, format="png", dpi=PNG_DPI, bbox_inches="tight")
@@ -61,6 +66,14 @@ class FigureSet:
         self.written += [self.folder / f"{name}.png", self.folder / f"{name}.svg"]
         return (f'<figure class="figure" data-figure="{name}">{inline_svg(svg, name, alt)}'
                 f'<figcaption>{name}.png / {name}.svg beside this page</figcaption></figure>')
+
+
+def readable(fig) -> None:
+    """Raise every text of ``fig`` (titles, labels, ticks, legends, annotations) to at least ``MIN_FONT_PT``;
+    the figure's layout engine then makes room for it when it is saved."""
+    for text in fig.findobj(matplotlib.text.Text):
+        if text.get_text() and text.get_fontsize() < MIN_FONT_PT:
+            text.set_fontsize(MIN_FONT_PT)
 
 
 # XML 1.0 forbids the C0 controls but tab, newline and carriage return; matplotlib writes figure text (prompt
@@ -80,7 +93,11 @@ def inline_svg(svg: str, prefix: str, alt: str) -> str:
     svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{prefix}-{m.group(1)}"', svg)
     svg = re.sub(r'url\(#([^)]+)\)', lambda m: f"url(#{prefix}-{m.group(1)})", svg)
     svg = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{prefix}-{m.group(1)}"', svg)
-    return svg.replace("<svg", f'<svg role="img" aria-label="{_attr(alt)}"', 1)
+    box = re.search(r'viewBox="[\d.]+ [\d.]+ ([\d.]+) [\d.]+"', svg)
+    # One SVG unit (a point) is drawn at least one CSS pixel wide, and at most 1.6: text keeps its size in
+    # points or more, while the figure follows the width of its column.
+    size = f' style="min-width:{float(box.group(1)):.0f}px;max-width:{1.6 * float(box.group(1)):.0f}px"' if box else ""
+    return svg.replace("<svg", f'<svg role="img" aria-label="{_attr(alt)}"{size}', 1)
 
 
 def _attr(text: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from html import escape
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 # Environment keys a reader of a result needs first, in this order (the rest is in the JSON).
@@ -43,7 +44,7 @@ def notes(lines: Iterable[str]) -> str:
 def column(title: str, env: dict[str, Any], body: str, source: str) -> str:
     """One folder's column in a study section: title, environment, content."""
     brief = " · ".join(str(env[k]) for k in ("device", "mode", "dtype", "torch") if env.get(k)) or "not recorded"
-    return (f'<article class="column"><h3>{esc(title)}</h3><p class="source">{esc(source)}</p>'
+    return (f'<article class="column"><h3>{esc(title)}</h3><p class="source">{path_link(source)}</p>'
             f'<details class="envbox"><summary>environment: {esc(brief)}</summary>{environment(env)}</details>'
             f'{body}</article>')
 
@@ -51,6 +52,17 @@ def column(title: str, env: dict[str, Any], body: str, source: str) -> str:
 def section(anchor: str, title: str, intro: str, columns: Sequence[str]) -> str:
     return (f'<section id="{anchor}" aria-labelledby="{anchor}-h"><h2 id="{anchor}-h">{esc(title)}</h2>'
             f'<p class="intro">{esc(intro)}</p><div class="columns">{"".join(columns)}</div></section>')
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 generation``, ``2 generations`` (``nouns``: an irregular plural)."""
+    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def path_link(path: Any) -> str:
+    """A local path as a link to the file (opened from disk, the page can follow it), its text the path."""
+    target = Path(str(path)).resolve()
+    return f'<a class="source" href="{esc(target.as_uri())}">{esc(path)}</a>'
 
 
 def number(value: Any, digits: int = 3) -> str:

@@ -20,7 +20,8 @@ from matplotlib.ticker import MaxNLocator
 from canvaslab.analysis import validity
 from canvaslab.analysis.order_metrics import commit_calls
 from canvaslab.reports.html import figures
-from canvaslab.reports.html.markup import column, esc, notes, number, table
+from canvaslab.reports.html.markup import column, esc, notes, number, plural, table
+from canvaslab.reports.html.order_drill import baseline_accuracy, drill_down
 from canvaslab.reports.order_metrics import defined_in
 from canvaslab.reports.readers.order_metrics import BLOCK_CURVES, OrderStudy, representative_traces
 
@@ -86,7 +87,7 @@ def raster_figure(study: OrderStudy, picked: dict[str, list]):
             ax.set_title(f"{_with_sample(regime, study.sample(regime))}\n{shown}" if col == 0 else f"\n{shown}",
                          fontsize=8)
             ax.set_xlabel("canvas position (token index)")
-            ax.set_ylabel("accept call (0-based)")
+            ax.set_ylabel("accept call")
             for axis in (ax.xaxis, ax.yaxis):  # calls and positions are whole numbers: no tick at -0.5 or 0.5
                 axis.set_major_locator(MaxNLocator(integer=True))
     fig.legend(handles=[Patch(facecolor=c, edgecolor="grey", label=label) for label, c in RASTER_KINDS],
@@ -282,6 +283,15 @@ def regime_rows(study: OrderStudy) -> list[list[str]]:
     return rows
 
 
+def _generations(count: Any) -> str:
+    return plural(count, "generation") if isinstance(count, int) else f"{count if count is not None else '-'} generations"
+
+
+def _in_words(note: str) -> str:
+    """A note as a reader words it: the metrics' keys named by what they mean."""
+    return note.replace("simpson_prone tests", "The Simpson flag tests").replace("simpson_prone", "the Simpson flag")
+
+
 def order_column(study: OrderStudy, key: str, title: str, figs: figures.FigureSet) -> str:
     pooled = study.metrics.get("pooled_auroc") or {}
     body = [notes(study.notes), "<h4>Per regime</h4>",
@@ -290,9 +300,12 @@ def order_column(study: OrderStudy, key: str, title: str, figs: figures.FigureSe
                                             "control τ_b", "tokens / call", "same-call fraction",
                                             "un-accepts / generation",
                                             "accept calls [min-max] / budget",
-                                            "accuracy", "AUROC [95% CI]"), regime_rows(study)) + "</div>",
+                                            "accuracy", "autoregressive baseline's accuracy", "AUROC [95% CI]"),
+                                           [[*row[:-1], baseline_accuracy(study, row[0]), row[-1]]
+                                            for row in regime_rows(study)]) + "</div>",
             f'<p class="simpson"><strong>Pooled AUROC {esc(number(pooled.get("value")))}</strong> over '
-            f'{esc(pooled.get("n", "-"))} generations: {esc(pooled.get("note", ""))}</p>',
+            f'{esc(_generations(pooled.get("n")))}: {esc(_in_words(pooled.get("note", "")))}</p>',
+            drill_down(study),
             _figure(figs, lambda: raster_figure(study, representative_traces(study)), f"{key}-commit-raster",
                     "commit rasters per regime"),
             _figure(figs, lambda: block_tau_figure(study), f"{key}-block-tau",

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 from canvaslab.choices import writable_file
 from canvaslab.errors import CanvaslabError, RunFailed
 from canvaslab.io import UnreadableFile, check_names, check_real_folders, disk_full, write_text_atomic
-from canvaslab.reports.html.markup import esc, section
+from canvaslab.reports.html.markup import esc, plural, section
 
 REPORT_FILE = "report.html"
 
@@ -36,6 +36,7 @@ class Section:
     title: str
     intro: str
     column: Callable
+    measures: Callable | None = None  # study view -> [(measure, value)], the rows of the runs' comparison
 
 
 @dataclass
@@ -80,16 +81,58 @@ def _controls(datasets: list[dict]) -> str:
         return ""
     legend = "".join(f'<span><span class="swatch s{i}"></span>{name}</span>'
                      for i, name in enumerate(("noise", "committed token", "differs from B=1")))
-    return ('<div class="path-controls" role="group" aria-label="denoising path controls">'
+    return ('<div class="path-controls" role="group" aria-label="prompt, batch size and denoising pass">'
+            '<label for="prompt-select">prompt</label><select id="prompt-select"></select>'
+            '<label for="batch-select">batch size</label><select id="batch-select">'
+            '<option value="">every batch size</option></select>'
             '<button type="button" id="play" aria-pressed="false" aria-controls="pass-slider">▶ play</button>'
             '<label for="pass-slider">denoising pass</label>'
             '<input type="range" id="pass-slider" min="0" max="0" step="1" value="0">'
             '<output id="pass-label" for="pass-slider" aria-live="polite"></output>'
             f'<div class="legend" aria-label="cell states">{legend}</div></div>'
-            '<p class="intro">Row 0\'s canvas at the selected pass, per batch size (positions row-major). '
+            '<p class="intro">The prompt and batch size chosen here select the answers, canvas grids and spread '
+            'figures below. Each grid is row 0\'s canvas at the selected denoising pass (positions row-major); '
             '<em>differs</em>: committed here or at B=1 on the same pass, with another token or only on one side. '
             'Hover a cell for its token and entropy. Use the slider (arrow keys) or play; after its stop a batch size '
             'keeps its final canvas.</p><div id="tip" role="tooltip"></div>')
+
+
+def comparison_table(read: dict, sections: Sequence[Section], labels: list[str]) -> str:
+    """The runs compared: one row per measure, one column per folder; rows whose values differ are marked."""
+    rows: dict[tuple[str, str], dict[int, str]] = {}
+    for part in sections:
+        for index in range(len(labels)):
+            study = read.get((part.anchor, index))
+            if study is None:
+                continue
+            rows.setdefault(("", "study"), {})[index] = part.title
+            for key in ("model", "mode", "device", "dtype"):
+                rows.setdefault(("", key), {}).setdefault(index, str(_model_name(study.environment) if key == "model"
+                                                                     else study.environment.get(key, "-")))
+            for measure, value in (part.measures(study) if part.measures else []):
+                rows.setdefault((part.title, measure), {})[index] = str(value)
+    head = "".join(f'<th scope="col">{esc(label)}</th>' for label in labels)
+    body = []
+    for (title, measure), values in rows.items():
+        cells = [values.get(i, "-") for i in range(len(labels))]
+        differs = len(set(cells)) > 1
+        name = f"{title}: {measure}" if title else measure
+        body.append(f'<tr class="{"differs" if differs else "same"}"><th scope="row">{esc(name)}'
+                    f'{" <span class=mark>≠ differs</span>" if differs else ""}</th>'
+                    + "".join(f"<td>{esc(cell)}</td>" for cell in cells) + "</tr>")
+    marked = sum(1 for row in body if 'class="differs"' in row)
+    return (f'<section id="compare" aria-labelledby="compare-h"><h2 id="compare-h">Runs compared</h2>'
+            f'<p class="intro">{plural(len(labels), "folder")} side by side: {plural(marked, "measure")} of '
+            f'{len(body)} differ (marked ≠).</p><div class="scroll-x"><table class="data compare">'
+            f'<thead><tr><th scope="col">measure</th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+            '</div></section>')
+
+
+def _model_name(environment: dict) -> str:
+    source = environment.get("model_source")
+    if isinstance(source, dict):
+        return str(source.get("name") or source.get("preset") or source.get("path") or "-")
+    return str(environment.get("model", "-"))
 
 
 def _script_safe_json(value) -> str:
@@ -177,8 +220,8 @@ def _write_report(folders: list[Path], out: Path, sections: Sequence[Section], r
                 continue
             built = _build_column(reader, build, read[anchor, index], folder, f"{anchor}{index}", label, figs)
             if isinstance(built, tuple):
-                built, dataset = built
-                datasets += [dataset] if dataset else []
+                built, found = built
+                datasets += found if isinstance(found, list) else [found] if found else []
             columns.append(built)
         if columns:
             studies[reader.STUDY] = len(columns)
@@ -186,6 +229,9 @@ def _write_report(folders: list[Path], out: Path, sections: Sequence[Section], r
             parts.append(section(anchor, title, intro, columns).replace('<div class="columns">',
                                                                           controls + '<div class="columns">', 1))
             nav.append(f'<a href="#{anchor}">{esc(title)}</a>')
+    if len(folders) > 1:
+        parts.insert(0, comparison_table(read, sections, labels))
+        nav.insert(0, '<a href="#compare">Runs compared</a>')
     page = (_asset("template.html")
             .replace("<!--TITLE-->", "canvaslab report")
             .replace("<!--SUBTITLE-->", esc("study folders: " + ", ".join(str(f) for f in folders)))

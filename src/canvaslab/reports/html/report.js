@@ -1,7 +1,48 @@
-// The denoising path: one slider (and play/pause) moves every batch size's canvas grid together.
-// Data: the JSON block #canvas-data, one dataset per batch-study folder (see canvas_grid.py).
+// The page's script. Every table gets CSV and JSON downloads made from its own cells (data: URLs, no
+// server). The denoising path: a prompt and a batch-size selector choose what the answers, canvas grids and
+// spread figures show; one slider (and play/pause) moves every shown canvas grid together.
+// Data: the JSON block #canvas-data, one dataset per prompt of each batch-study folder (see canvas_grid.py).
 "use strict";
 (function () {
+  function cellsOf(table) {
+    return [...table.rows].map((row) => [...row.cells].map((cell) => cell.textContent.trim()));
+  }
+
+  function csv(rows) {
+    const quote = (v) => (/[",\n]/.test(v) ? '"' + v.replace(/"/g, '""') + '"' : v);
+    return rows.map((row) => row.map(quote).join(",")).join("\n") + "\n";
+  }
+
+  function asJson(rows) {
+    const [head, ...body] = rows;
+    return JSON.stringify(body.map((row) => Object.fromEntries(head.map((h, i) => [h || "column " + (i + 1), row[i]]))), null, 1);
+  }
+
+  function link(text, type, name, content) {
+    const a = document.createElement("a");
+    a.textContent = text;
+    a.download = name;
+    a.href = "data:" + type + ";charset=utf-8," + encodeURIComponent(content);
+    return a;
+  }
+
+  function tableName(table, index) {
+    let heading = table.closest(".scroll, .scroll-x, details") || table;
+    while (heading && !/^H[2-5]$/.test(heading.tagName)) heading = heading.previousElementSibling;
+    const words = (heading ? heading.textContent : "table") + " " + (index + 1);
+    return words.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "");
+  }
+
+  document.querySelectorAll("table.data").forEach((table, index) => {
+    const rows = cellsOf(table);
+    const name = tableName(table, index);
+    const bar = document.createElement("p");
+    bar.className = "downloads";
+    bar.append("download: ", link("CSV", "text/csv", name + ".csv", csv(rows)), " · ",
+      link("JSON", "application/json", name + ".json", asJson(rows)));
+    (table.closest(".scroll, .scroll-x") || table).after(bar);
+  });
+
   const PAGE = 8;
   const STATE_NAMES = { "0": "noise", "1": "committed", "2": "differs from B=1" };
   const datasets = JSON.parse(document.getElementById("canvas-data").textContent || "[]");
@@ -10,12 +51,42 @@
   const label = document.getElementById("pass-label");
   const play = document.getElementById("play");
   const tip = document.getElementById("tip");
+  const promptSelect = document.getElementById("prompt-select");
+  const batchSelect = document.getElementById("batch-select");
 
-  // The shared timeline: every (canvas, pass) any batch size of any folder reached, in order.
-  const seen = new Map();
-  for (const d of datasets) for (const size of d.sizes) for (const p of size.passes) seen.set(p.c * 100000 + p.s, [p.c, p.s]);
-  const timeline = [...seen.keys()].sort((a, b) => a - b).map((k) => seen.get(k));
-  slider.max = String(timeline.length - 1);
+  // The selectors: every prompt of any folder, and every batch size; the first shown prompt is preselected.
+  const blocks = [...document.querySelectorAll(".per-prompt")];
+  const prompts = [...new Set(blocks.map((b) => b.dataset.prompt))];
+  const first = blocks.find((b) => !b.hidden);
+  for (const prompt of prompts) promptSelect.add(new Option(prompt, prompt, false, first && first.dataset.prompt === prompt));
+  const sizes = [...new Set(datasets.flatMap((d) => d.sizes.map((s) => s.B)))].sort((a, b) => a - b).filter((b) => b !== 1);
+  for (const b of sizes) batchSelect.add(new Option("B=" + b + " beside B=1", String(b)));
+
+  function applySelection() {
+    const prompt = promptSelect.value, batch = batchSelect.value;
+    for (const block of blocks) block.hidden = block.dataset.prompt !== prompt;
+    rebuildTimeline(prompt);
+    document.querySelectorAll(".per-prompt [data-batch]").forEach((el) => {
+      el.hidden = batch !== "" && el.dataset.batch !== batch && el.dataset.batch !== "1";
+    });
+    document.querySelectorAll(".per-prompt table.data tbody tr").forEach((row) => {
+      const b = row.cells[0].textContent.split(" ")[0];
+      row.hidden = batch !== "" && b !== batch && b !== "1";
+    });
+    update();
+  }
+
+  // The shared timeline: every (canvas, pass) any batch size of the selected prompt reached, in any folder.
+  let timeline = [];
+  function rebuildTimeline(prompt) {
+    const seen = new Map();
+    for (const d of datasets) if (d.prompt === prompt) for (const size of d.sizes) for (const p of size.passes) seen.set(p.c * 100000 + p.s, [p.c, p.s]);
+    const atEnd = timeline.length === 0 || Number(slider.value) === timeline.length - 1;
+    timeline = [...seen.keys()].sort((a, b) => a - b).map((k) => seen.get(k));
+    if (timeline.length === 0) timeline = [[0, 0]];
+    slider.max = String(timeline.length - 1);
+    if (atEnd || Number(slider.value) > timeline.length - 1) slider.value = String(timeline.length - 1);
+  }
   const grids = [];
 
   function passFor(size, point) {
@@ -101,11 +172,12 @@
   }
 
   function update() {
+    if (timeline.length === 0) return;
     const point = timeline[Number(slider.value)];
-    const text = "canvas " + point[0] + " · pass " + (point[1] + 1) + " (" + (Number(slider.value) + 1) + " / " + timeline.length + ")";
+    const text = "denoising pass " + (Number(slider.value) + 1) + " of " + timeline.length + " (canvas " + point[0] + ", pass " + (point[1] + 1) + ")";
     label.textContent = text;
     slider.setAttribute("aria-valuetext", text);
-    for (const grid of grids) if (grid.box.isConnected) paint(grid, point);
+    for (const grid of grids) if (grid.box.isConnected && !grid.box.hidden) paint(grid, point);
   }
 
   function showPage(dataset, container, pager, page) {
@@ -150,7 +222,8 @@
     play.textContent = on ? "❚❚ pause" : "▶ play";
   }
   play.addEventListener("click", () => setPlaying(!timer));
+  promptSelect.addEventListener("change", applySelection);
+  batchSelect.addEventListener("change", applySelection);
   slider.addEventListener("input", () => { setPlaying(false); update(); });
-  slider.value = String(timeline.length - 1);
-  update();
+  applySelection();
 })();

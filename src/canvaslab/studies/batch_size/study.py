@@ -26,6 +26,7 @@ from canvaslab.generation import generate
 from canvaslab.invariant import Mode, mode_named, replaced_ops
 from canvaslab.io import write_json_atomic
 from canvaslab.prompts import BUILTIN_PROMPTS, Prompt
+from canvaslab.scoring.prompting import encode_prompt
 from canvaslab.studies.batch_size.design import batch_rows, check_prompt_lengths, check_row
 from canvaslab.studies.batch_size.repeat_control import check_repeat_control, model_spec, run_repeat_control
 from canvaslab.studies.engine import Study, run_study
@@ -211,8 +212,9 @@ class BatchSizeStudy(Study):
         self.encoded(tokenizer)
 
     def encoded(self, tokenizer) -> dict[str, list[int]]:
-        """Each prompt's ids under the model's own tokenizer, refused if too short for how the study feeds it."""
-        encoded = {p.prompt_id: tokenizer(p.text)["input_ids"] for p in self.prompts}
+        """Each prompt's ids under the model's own tokenizer (a user turn of its chat template when it has one, as
+        the model was trained to be asked), refused if too short for how the study feeds it."""
+        encoded = {p.prompt_id: encode_prompt(tokenizer, p.text) for p in self.prompts}
         check_prompt_lengths(self.prompts, encoded, self.settings.copy_prompt_cache)
         return encoded
 
@@ -240,7 +242,7 @@ class BatchSizeStudy(Study):
                                               rng=self.settings.rng)
         return _Worker(loaded, _Runner(loaded, self.settings), encoded,
                        # --fill mixed: the other study prompts first, then built-in ones, so one prompt can be studied
-                       [loaded.tokenizer(text)["input_ids"] for text in BUILTIN_PROMPTS if text not in texts],
+                       [encode_prompt(loaded.tokenizer, text) for text in BUILTIN_PROMPTS if text not in texts],
                        environment)
 
     def worker_info(self, state: _Worker) -> dict[str, Any]:
