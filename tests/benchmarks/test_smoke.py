@@ -332,7 +332,7 @@ def smoke_serve_hostile(tmp_path, request):
 
 
 def smoke_lm_eval_serve(tmp_path, request):
-    pytest.importorskip("lm_eval", reason="lm-eval is in the serve-eval extra")
+    pytest.importorskip("lm_eval", reason="lm-eval is in the eval extra")
     pytest.importorskip("tenacity", reason="lm-eval's API models need lm-eval[api]")
     out = tmp_path / "lm_eval"
     python("lm_eval_serve.py", "--model", "tiny", "--steps", "2", "--limit", "2", "--max-tokens", "8", "--out",
