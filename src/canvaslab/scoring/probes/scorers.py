@@ -63,7 +63,7 @@ def sandbox_detail(result: SandboxResult, max_chars: int = DETAIL_CHARS) -> str:
     with the time limit where it was reached), then the first lines of the tests' output (a failing test's
     traceback) and of the candidate's output (what the answer printed, its own traceback)."""
     if result.passed:
-        head = f"passed ({result.calls} calls of the answer)"
+        head = f"passed ({result.calls} call{'' if result.calls == 1 else 's'} of the answer)"
     else:
         head = f"failed: {result.failure or 'no reason given'}" + (" (timed out)" if result.timed_out
                                                                     and "time limit" not in result.failure else "")
