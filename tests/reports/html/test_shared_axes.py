@@ -29,7 +29,7 @@ def test_batch_studies_share_the_per_pass_figure_s_axes(tmp_path, writers):
 def test_order_studies_share_the_block_tau_auroc_and_reliability_axes(tmp_path, writers):
     small, large = tmp_path / "small", tmp_path / "large"
     small.mkdir(), large.mkdir()
-    writers.order_study(small, generations=12, calls=4)
+    writers.order_study(small, generations=12, calls=4, width=64)  # bins up to 32, not 64
     writers.order_study(large, generations=36, regimes=("math", "factual", "json"), calls=8)
     both = build_report([small, large], tmp_path / "both.html")
     assert _limits(both, "order0-block-tau")[0] == _limits(both, "order1-block-tau")[0]  # x (bin sizes) and y
@@ -37,6 +37,8 @@ def test_order_studies_share_the_block_tau_auroc_and_reliability_axes(tmp_path, 
     assert left[0][0] == right[0][0]  # AUROC's x (its y lists each run's own regimes)
     assert left[1] == right[1]  # reliability: x and y
     alone = [build_report([folder], tmp_path / f"{folder.name}.html") for folder in (small, large)]
+    assert _limits(alone[0], "order0-block-tau")[0][0] != _limits(alone[1], "order0-block-tau")[0][0]
+    assert _limits(both, "order0-block-tau")[0][0] == _limits(alone[1], "order0-block-tau")[0][0]
     own = [_limits(report, "order0-auroc-reliability")[0][0] for report in alone]
     assert own[0] != own[1]  # drawn apart, the AUROC axes differ; drawn together they are one
     shared = _limits(both, "order0-auroc-reliability")[0][0]
