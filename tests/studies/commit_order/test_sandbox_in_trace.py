@@ -47,7 +47,8 @@ def test_a_failing_code_answer_s_trace_carries_the_sandbox_s_reason_and_the_same
     assert [right.correct, wrong.correct] == [score(probes[0], RIGHT), score(probes[1], WRONG)]
     assert right.extra["sandbox"] == "passed (2 calls of the answer)"
     reason = wrong.extra["sandbox"]
-    assert reason.startswith("failed: ValueError at tests.py line 1: the candidate raised ValueError") and "no <b>sum</b>" in reason
+    assert reason.startswith("failed: ValueError at tests.py line 1: the candidate raised ValueError")
+    assert "no <b>sum</b>" in reason
     assert "<script>alert(1)</script>" in reason  # what the answer printed
     again = list(read_traces(write_traces(tmp_path / "t.jsonl", [right, wrong])))
     assert again[1].extra["sandbox"] == reason

@@ -134,7 +134,8 @@ class CommitTracer:
         """One trace per row; ``settings`` are the generation's resolved settings (``GenerationOutput.settings``).
 
         ``probes[i]`` and ``seeds[i]`` say what row ``i`` generated; ``scorer(probe, text)`` gives
-        ``correct``, or ``correct`` and the sandbox's detail of a code answer (kept as ``sandbox``); ``extra`` keys are added to every trace.
+        ``correct``, or ``correct`` and the sandbox's detail of a code answer (kept as ``sandbox``);
+        ``extra`` keys are added to every trace.
         """
         if not len(rows) == len(probes) == len(seeds):
             raise CanvaslabError(f"{len(rows)} rows, {len(probes)} probes and {len(seeds)} seeds: one each per row")
