@@ -27,7 +27,7 @@ __all__ = ["BatchSizeStudy", "CommitOrderStudy", "GeneratedRow", "Generation", "
 def report(folders: Sequence[Union[str, Path]], out: Optional[Union[str, Path]] = None):
     """One self-contained ``report.html`` (default: in the first folder) and its figures from study folders, a
     section per study, a column per folder (``canvaslab report``). Returns what was written (``html``,
-    ``figures``, ``studies``, ``size_bytes``)."""
+    ``figures``, ``studies``, ``size_bytes``, and ``axes``: per figure, the limits of its axes)."""
     require("report", "canvaslab report")
     from canvaslab.api.registry import report_sections
     from canvaslab.api.results import as_path

@@ -197,14 +197,36 @@ def _overview(study: BatchStudy, prompt: str, figs: figures.FigureSet, name: str
         return figs.save(fig, name, "batch size by pass overview of the spread at the last layer")
 
 
-def _path_lines(study: BatchStudy, prompt: str, figs: figures.FigureSet, name: str) -> str:
-    """Per pass, the canvas positions that differ from B=1 (representative batch sizes), stops marked."""
+def path_counts(study: BatchStudy, prompt: str) -> dict[int, list[int]]:
+    """Per representative batch size, row 0's canvas positions differing from B=1 at each pass."""
     reference = study.reference_paths.get(prompt)
     runs = [r for r in representatives(study, prompt) if r.path][:MAX_LINES]
-    if not reference or not runs:
+    if not reference:
+        return {}
+    return {run.batch_size: [c["differs"] for c in state_counts(size_series(run.path, reference, run.batch_size,
+                                                                             run.stop_passes))] for run in runs}
+
+
+def shared_path_axes(studies: list[BatchStudy]) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """The (x, y) limits the per-pass figures of several runs share: every pass and count of every prompt of
+    every run; None for one run (its figures keep their own)."""
+    if len(studies) < 2:
+        return None
+    series = [values for study in studies for prompt in study.prompt_ids
+              for values in path_counts(study, prompt).values() if values]
+    if not series:
+        return None
+    return ((0.5, max(map(len, series)) + 0.5),
+            figures.padded_limits([0, *(max(values) for values in series)]))
+
+
+def _path_lines(study: BatchStudy, prompt: str, figs: figures.FigureSet, name: str) -> str:
+    """Per pass, the canvas positions that differ from B=1 (representative batch sizes), stops marked; on the
+    axes of every run of the page when there are several (``shared_path_axes``)."""
+    counts = path_counts(study, prompt)
+    runs = [r for r in representatives(study, prompt) if r.path][:MAX_LINES]
+    if not counts:
         return ""
-    counts = {run.batch_size: [c["differs"] for c in state_counts(size_series(run.path, reference, run.batch_size,
-                                                                               run.stop_passes))] for run in runs}
     if not any(any(values) for values in counts.values()):
         return ('<p class="constant" role="note">No committed token of row 0\'s canvas differs from B=1 at any '
                 'denoising pass, for any batch size: the per-pass count is zero throughout and its figure is left '
@@ -220,6 +242,10 @@ def _path_lines(study: BatchStudy, prompt: str, figs: figures.FigureSet, name: s
         ax.set_ylabel("positions differing from B=1 (count)")
         ax.set_title(f"Denoising path: row 0's canvas against B=1 ({prompt})")
         ax.legend(frameon=False)
+        shared = shared_path_axes(figs.runs)
+        if shared:
+            ax.set_xlim(*shared[0])
+            ax.set_ylim(*shared[1])
         return figs.save(fig, name, "positions differing from B=1 per pass")
 
 

@@ -45,15 +45,23 @@ class FigureSet:
     ``below``: a folder above ``folder`` (the page's) from which every folder down to ``folder`` must be a real
     one, created here or found as a folder, never a symbolic link; each file is written to a new temporary file
     in it and renamed into place (``canvaslab.io.atomic_writer``), so a link at a figure's name is replaced, never
-    written through."""
+    written through.
+
+    ``runs``: the study views of every folder of the section being drawn (set by the page), from which a
+    column's figures take shared axis ranges when there are several; ``limits``: per figure written, the
+    ``(x limits, y limits)`` of each of its axes, as drawn.
+    """
 
     def __init__(self, folder: Path, below: Path | None = None):
         self.folder, self.below = folder, below
         self.written: list[Path] = []
+        self.runs: list = []
+        self.limits: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]] = {}
 
     def save(self, fig, name: str, alt: str) -> str:
         """Write the files, close the figure, return an inline ``<figure>`` (SVG + caption-free alt text)."""
         readable(fig)
+        self.limits[name] = [(tuple(map(float, ax.get_xlim())), tuple(map(float, ax.get_ylim()))) for ax in fig.axes]
         try:
             with atomic_writer(self.folder / f"{name}.png", binary=True, below=self.below) as handle:
                 fig.savefig(handle, format="png", dpi=PNG_DPI, bbox_inches="tight")

@@ -98,9 +98,29 @@ def raster_figure(study: OrderStudy, picked: dict[str, list]):
 
 # ---- block tau against bin size, one panel per regime ---------------------------------------------------
 
-def block_tau_figure(study: OrderStudy):
+def shared_axes(studies: list[OrderStudy]) -> dict[str, Any]:
+    """The axis ranges the figures of several runs share: the block sizes of every run's block-tau curves, the
+    AUROC axis and the reliability axes holding every run's points. Empty for one run (its own ranges)."""
+    if len(studies) < 2:
+        return {}
+    xs = [x for study in studies for x in _auroc_xs(study)]
+    curves = [_reliability_curves(study) for study in studies]
+    rel_x = [value for found in curves for _, x, _, _ in found for value in x]
+    rel_y = [0.0, 1.0] + [value for found in curves for _, _, y, _ in found for value in y]
+    return {"block_sizes": sorted({b for study in studies for b in _block_sizes(study)}),
+            "auroc_x": figures.padded_limits(xs),
+            "reliability_x": figures.padded_limits(rel_x) if rel_x else None,
+            "reliability_y": figures.padded_limits(rel_y)}
+
+
+def _block_sizes(study: OrderStudy) -> list[int]:
+    return [b for r in study.regimes for c in study.block_curves(r).values() for b in c]
+
+
+def block_tau_figure(study: OrderStudy, shared: dict[str, Any] | None = None):
     """Small multiples: one panel per regime on shared axes, each with the regime's block-tau curves, their
-    controls and the paper's values where it reported them; one legend for all. None without regimes."""
+    controls and the paper's values where it reported them; one legend for all. None without regimes.
+    ``shared`` (``shared_axes``): the ranges of several runs drawn alike."""
     regimes = list(study.regimes)
     if not regimes:
         return None
@@ -113,7 +133,7 @@ def block_tau_figure(study: OrderStudy):
         _block_panel(ax, study, regime)
     for ax in panels[len(regimes):]:
         ax.remove()
-    _shared_block_axes(panels[0], [b for r in regimes for c in study.block_curves(r).values() for b in c])
+    _shared_block_axes(panels[0], (shared or {}).get("block_sizes") or _block_sizes(study))
     _shared_legend(fig, panels[:len(regimes)])
     fig.supylabel("Kendall τ_b (commit call vs bin)", fontsize=8)
     fig.suptitle("Block order per regime: τ_b against bin size, beside the block-sequential control\n"
@@ -185,16 +205,24 @@ def _shared_legend(fig, panels: list) -> None:
 
 # ---- confidence against correctness ---------------------------------------------------------------------
 
-def auroc_figure(study: OrderStudy):
-    """AUROC per regime beside the pooled one, and reliability curves; None when the file has neither."""
+def auroc_figure(study: OrderStudy, shared: dict[str, Any] | None = None):
+    """AUROC per regime beside the pooled one, and reliability curves; None when the file has neither.
+    ``shared`` (``shared_axes``): the ranges of several runs drawn alike."""
     regimes = [r for r, s in study.regimes.items() if s.get("auroc") is not None]
     pooled = study.metrics.get("pooled_auroc") or {}
     if not regimes and pooled.get("value") is None:
         return None
     fig, (left, right) = figures.plt.subplots(1, 2, figsize=(8.4, 1.8 + 0.45 * (len(regimes) + 1)),
                                               constrained_layout=True)
+    shared = shared or {}
     _auroc_points(left, study, regimes, pooled)
     _reliability(right, study)
+    if shared.get("auroc_x"):
+        left.set_xlim(*shared["auroc_x"])
+    if shared.get("reliability_x"):
+        right.set_xlim(*shared["reliability_x"])
+    if shared.get("reliability_y"):
+        right.set_ylim(*shared["reliability_y"])
     fig.suptitle("Does confidence predict correctness?")
     return fig
 
@@ -221,17 +249,35 @@ def _auroc_points(ax, study: OrderStudy, regimes: list[str], pooled: dict[str, A
     ax.set_title("Within regime vs pooled")
 
 
-def _reliability(ax, study: OrderStudy) -> None:
-    xs, ys = [], [0.0, 1.0]
-    for i, (regime, summary) in enumerate(study.regimes.items()):
+def _auroc_xs(study: OrderStudy) -> list[float]:
+    """Every value the AUROC axis must hold: 0.5, each regime's AUROC and CI, the pooled AUROC."""
+    xs = [0.5]
+    for regime, summary in study.regimes.items():
+        if summary.get("auroc") is not None:
+            xs += [summary["auroc"], *(_allowed_ci(summary, "auroc", summary.get("auroc_ci"), study) or ())]
+    pooled = (study.metrics.get("pooled_auroc") or {}).get("value")
+    return xs + ([pooled] if pooled is not None else [])
+
+
+def _reliability_curves(study: OrderStudy) -> list[tuple[str, list[float], list[float], Any]]:
+    """Per regime with a reliability curve: (regime, entropy midpoints, accuracies, scored count)."""
+    found = []
+    for regime, summary in study.regimes.items():
         curve = [t for t in (summary.get("reliability") or []) if t.get("accuracy") is not None]
         if curve:
-            x = [float(np.mean(t["entropy_range"])) for t in curve]
-            y = [t["accuracy"] for t in curve]
-            count = summary.get("n_scored", summary.get("n_generations", "-"))
-            ax.plot(x, y, marker="osD^v"[i % 5], linestyle=["-", "--", ":"][i % 3], color=figures.OKABE_ITO[i % 8],
-                    label=f"{regime} (n={count})")
-            xs, ys = xs + x, ys + y
+            found.append((regime, [float(np.mean(t["entropy_range"])) for t in curve], [t["accuracy"] for t in curve],
+                          summary.get("n_scored", summary.get("n_generations", "-"))))
+    return found
+
+
+def _reliability(ax, study: OrderStudy) -> None:
+    xs, ys = [], [0.0, 1.0]
+    index = {regime: i for i, regime in enumerate(study.regimes)}
+    for regime, x, y, count in _reliability_curves(study):
+        i = index[regime]
+        ax.plot(x, y, marker="osD^v"[i % 5], linestyle=["-", "--", ":"][i % 3], color=figures.OKABE_ITO[i % 8],
+                label=f"{regime} (n={count})")
+        xs, ys = xs + x, ys + y
     ax.set_xlabel("commit entropy (nats, tertile midpoint)")
     ax.set_ylabel("accuracy (fraction correct)")
     if xs:
@@ -293,6 +339,7 @@ def _in_words(note: str) -> str:
 
 
 def order_column(study: OrderStudy, key: str, title: str, figs: figures.FigureSet) -> str:
+    shared = shared_axes(figs.runs)
     pooled = study.metrics.get("pooled_auroc") or {}
     body = [notes(study.notes), "<h4>Per regime</h4>",
             '<div class="scroll">' + table(("regime", "generations (prompts)",
@@ -308,8 +355,8 @@ def order_column(study: OrderStudy, key: str, title: str, figs: figures.FigureSe
             drill_down(study),
             _figure(figs, lambda: raster_figure(study, representative_traces(study)), f"{key}-commit-raster",
                     "commit rasters per regime"),
-            _figure(figs, lambda: block_tau_figure(study), f"{key}-block-tau",
+            _figure(figs, lambda: block_tau_figure(study, shared), f"{key}-block-tau",
                     "block tau against bin size, one panel per regime, with controls and the paper's values"),
-            _figure(figs, lambda: auroc_figure(study), f"{key}-auroc-reliability",
+            _figure(figs, lambda: auroc_figure(study, shared), f"{key}-auroc-reliability",
                     "AUROC per regime and pooled, and reliability curves")]
     return column(title, study.environment, "".join(body), str(study.source))

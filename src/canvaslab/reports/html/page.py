@@ -12,7 +12,7 @@ Policy that forbids any request: opened from disk, it fetches nothing.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
@@ -45,6 +45,7 @@ class Report:
     figures: list[Path]
     studies: dict[str, int]  # study -> folders that held it
     size_bytes: int
+    axes: dict[str, list] = field(default_factory=dict)  # figure name -> (x limits, y limits) of each of its axes
 
 
 def check_folders(folders: Sequence[Path], sections: Sequence[Section]) -> list[Path]:
@@ -215,6 +216,7 @@ def _write_report(folders: list[Path], out: Path, sections: Sequence[Section], r
     for part in sections:
         reader, anchor, title, intro, build = part.reader, part.anchor, part.title, part.intro, part.column
         columns = []
+        figs.runs = [read[anchor, index] for index in range(len(folders)) if (anchor, index) in read]
         for index, (folder, label) in enumerate(zip(folders, labels)):
             if (anchor, index) not in read:
                 continue
@@ -241,4 +243,5 @@ def _write_report(folders: list[Path], out: Path, sections: Sequence[Section], r
             .replace("<!--DATA-->", _script_safe_json(datasets))
             .replace("<!--BODY-->", "".join(parts)))
     write_text_atomic(out, page)
-    return Report(html=out, figures=figs.written, studies=studies, size_bytes=out.stat().st_size)
+    return Report(html=out, figures=figs.written, studies=studies, size_bytes=out.stat().st_size,
+                  axes=figs.limits)

@@ -10,7 +10,7 @@
 
 from canvaslab.scoring.probes.datasets import load_regime
 from canvaslab.scoring.probes.probe import CODE_REGIMES, REGIMES, SPLITS, Probe, split_of
-from canvaslab.scoring.probes.scorers import program_code, run_code_tests, score
+from canvaslab.scoring.probes.scorers import program_code, run_code_tests, sandbox_detail, score, score_with_detail
 from canvaslab.scoring.probes.suite import load_probe_suite
 
 __all__ = [
@@ -22,6 +22,8 @@ __all__ = [
     "load_regime",
     "program_code",
     "run_code_tests",
+    "sandbox_detail",
     "score",
+    "score_with_detail",
     "split_of",
 ]

@@ -14,6 +14,9 @@ and sampler setting (the commit-order study relates it to commit confidence, wit
 - code_completion, code_synthesis: the probe's tests pass against the answer's entry point, the
   answer's code in one jail and the tests in another (``canvaslab.scoring.sandbox``;
   never in this process). Where the sandbox cannot isolate, scoring raises ``SandboxUnavailable``.
+  ``score_with_detail`` gives the same verdict and, for code, why (``sandbox_detail``: the sandbox's
+  one-line failure, then the first lines of the tests' and the candidate's output, at most
+  ``DETAIL_CHARS`` characters).
 - open_ended: no scorer; None.
 """
 
@@ -30,6 +33,9 @@ from canvaslab.scoring.probes.probe import CODE_REGIMES, Probe
 from canvaslab.scoring.sandbox import SandboxLimits, SandboxResult, run_tests
 
 
+DETAIL_CHARS = 2000  # the most characters of a code answer's sandbox detail
+
+
 def score(probe: Probe, generated_text: str, limits: SandboxLimits | None = None) -> bool | None:
     """Judge ``generated_text`` as the answer to ``probe``; ``limits`` only matter for code regimes."""
     if probe.regime in CODE_REGIMES:
@@ -41,6 +47,32 @@ def score(probe: Probe, generated_text: str, limits: SandboxLimits | None = None
     except KeyError:
         raise CanvaslabError(f"no scorer for regime {probe.regime!r} (probe {probe.probe_id})") from None
     return scorer(probe, generated_text)
+
+
+def score_with_detail(probe: Probe, generated_text: str,
+                      limits: SandboxLimits | None = None) -> tuple[bool | None, str | None]:
+    """``score``'s verdict and, for a code regime, the sandbox's detail (``sandbox_detail``); None for the rest."""
+    if probe.regime in CODE_REGIMES:
+        result = run_code_tests(probe, generated_text, limits)
+        return result.passed, sandbox_detail(result)
+    return score(probe, generated_text, limits), None
+
+
+def sandbox_detail(result: SandboxResult, max_chars: int = DETAIL_CHARS) -> str:
+    """Why a sandbox run passed or failed, in at most ``max_chars`` characters: the verdict line (the failure,
+    with the time limit where it was reached), then the first lines of the tests' output (a failing test's
+    traceback) and of the candidate's output (what the answer printed, its own traceback)."""
+    if result.passed:
+        head = f"passed ({result.calls} call{'' if result.calls == 1 else 's'} of the answer)"
+    else:
+        head = f"failed: {result.failure or 'no reason given'}" + (" (timed out)" if result.timed_out
+                                                                    and "time limit" not in result.failure else "")
+    parts = [head]
+    for label, output in (("tests' output", result.tests_output), ("answer's output", result.candidate_output)):
+        if output.strip():
+            parts.append(f"{label}:\n{output.strip()}")
+    text = "\n".join(parts)
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
 def score_math(probe: Probe, generated_text: str) -> bool:

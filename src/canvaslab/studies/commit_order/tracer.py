@@ -40,10 +40,12 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.generation.runner import RowResult
 from canvaslab.invariant import Mode, mode_named
 from canvaslab.models.loading import compiles_generate
-from canvaslab.scoring.probes import Probe, score
+from canvaslab.scoring.probes import Probe, score_with_detail
 from canvaslab.capture.commit_trace import AcceptCall, GenerationTrace
 
-Scorer = Callable[[Probe, str], "bool | None"]
+# A scorer gives ``correct`` or (``correct``, the sandbox's detail or None): the detail goes to the trace's
+# optional ``sandbox`` key.
+Scorer = Callable[[Probe, str], "bool | None | tuple[bool | None, str | None]"]
 
 
 def generation_id(probe_id: str, seed: int) -> str:
@@ -126,13 +128,14 @@ class CommitTracer:
         seeds: Sequence[int],
         *,
         settings: dict[str, Any],
-        scorer: Scorer = score,
+        scorer: Scorer = score_with_detail,
         extra: dict[str, Any] | None = None,
     ) -> list[GenerationTrace]:
         """One trace per row; ``settings`` are the generation's resolved settings (``GenerationOutput.settings``).
 
         ``probes[i]`` and ``seeds[i]`` say what row ``i`` generated; ``scorer(probe, text)`` gives
-        ``correct``; ``extra`` keys are added to every trace.
+        ``correct``, or ``correct`` and the sandbox's detail of a code answer (kept as ``sandbox``);
+        ``extra`` keys are added to every trace.
         """
         if not len(rows) == len(probes) == len(seeds):
             raise CanvaslabError(f"{len(rows)} rows, {len(probes)} probes and {len(seeds)} seeds: one each per row")
@@ -156,6 +159,8 @@ class CommitTracer:
         eos_ids, pad_id = _special_ids(settings)
         kept = kept_canvases(row, eos_ids, width)
         tokens = row.tokens[: kept * width]
+        scored = scorer(probe, row.text)
+        correct, detail = scored if isinstance(scored, tuple) else (scored, None)
         return GenerationTrace(
             generation_id=generation_id(probe.probe_id, seed),
             regime=probe.regime,
@@ -164,9 +169,10 @@ class CommitTracer:
             budget=int(settings["max_denoising_steps"]),
             content=content_mask(tokens, eos_ids, pad_id),
             calls=row_calls(canvases[:kept], index, row.passes[:kept]),
-            correct=scorer(probe, row.text),
+            correct=correct,
             extra={"prompt": probe.prompt, "text": row.text, "tokens": tokens, "split": probe.split,
-                   "stop_passes": row.stop_passes[:kept], **extra},
+                   "stop_passes": row.stop_passes[:kept], **({} if detail is None else {"sandbox": detail}),
+                   **extra},
         )
 
 
