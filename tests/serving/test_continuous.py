@@ -123,3 +123,29 @@ def test_sampling_of_its_own_is_refused_with_the_batching_that_serves_it(tiny, f
     error = refused.json()["error"]
     assert error["param"] == param and "--batching static" in error["message"]
     assert plain.status_code == 200, plain.text
+
+
+def test_a_full_batch_runs_its_passes_without_returning_while_rows_wait(tiny):
+    """max_batch 1 and a second request waiting: the running row's passes follow one another on the model thread
+    (one scheduling round for its whole generation), and the waiting row takes the place when it is freed."""
+    first_body, waiting_body = {**BODY, "seed": 1}, {**BODY, "seed": 2}
+
+    async def main():
+        async with served(tiny, steps=4, max_batch=1, batching="continuous") as (engine, client):
+            continuous = engine.continuous
+            rounds, original = [], continuous._pass
+            continuous._pass = lambda joining, loop: rounds.append(len(joining)) or original(joining, loop)
+            passes = HeldPasses(continuous.stepper)
+            passes.hold.set()
+            first = asyncio.ensure_future(client.post("/v1/completions", json=first_body))
+            await _until(passes.held.is_set)
+            waiting = asyncio.ensure_future(client.post("/v1/completions", json=waiting_body))
+            await _until(lambda: engine.queued_rows == 1)
+            passes.release.set()
+            statuses = [(await first).status_code, (await waiting).status_code]
+            return statuses, rounds, passes.rows
+
+    statuses, rounds, rows = asyncio.run(main())
+    assert statuses == [200, 200]
+    assert rows == [1] * 8  # two rows of 4 passes, one at a time
+    assert rounds == [1, 1]  # one round per row: its 4 passes without a return to the event loop in between

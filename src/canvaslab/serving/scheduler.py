@@ -126,12 +126,16 @@ class ContinuousBatching:
                 continue
             stream = engine.row_stream(row, loop)
             self.running.append(_Running(row, state, stream, loop.time()))
-        # While no row waits, leaves or is cancelled, the next pass follows on this thread: a return to the event
-        # loop between passes would leave the model idle while the loop serves the clients' connections.
-        while self.running and self._one_pass(result) and not engine._pending and not any(
+        # Until a row leaves, is cancelled or a waiting row has a free place, the next pass follows on this thread:
+        # a return to the event loop between passes would leave the model idle while the loop serves connections.
+        while self.running and self._one_pass(result) and not self._place_for_waiting() and not any(
                 entry.state.done or entry.row.cancelled for entry in self.running):
             pass
         return result
+
+    def _place_for_waiting(self) -> bool:
+        engine = self.engine
+        return bool(engine._pending) and len(self.running) < engine.settings.max_batch
 
     def _one_pass(self, result: _PassResult) -> bool:
         """One pass over the running rows; False when a row failed (its error is to be delivered)."""
