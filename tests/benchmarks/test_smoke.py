@@ -539,3 +539,24 @@ def test_profile_steady_on_a_cpu_is_one_line_before_any_model_loads(tmp_path):
     done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--steady needs --device cuda" in done.stderr.strip().splitlines()[-1]
     assert "Traceback" not in done.stderr and not (tmp_path / "p.txt").exists()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="side by side needs a core per batching")
+def test_serve_load_side_by_side_runs_the_batchings_at_once_on_pinned_cores_into_one_result(tmp_path):
+    out = tmp_path / "serve"
+    python("serve_load.py", "--model", "tiny", "--device", "cpu", "--modes", "invariant", "--batchings",
+           "continuous,static", "--levels", "1", "--steps", "2", "--repeats", "1", "--side-by-side", "--out", str(out))
+    result = read(out / "serve_load.json", "environment", "config", "runs", "side_by_side")
+    assert list(result["runs"]) == ["invariant/continuous", "invariant/static"]
+    assert all(run["differing"] == 0 and run["probe_answers"] == 4 for run in result["runs"].values())
+    assert len(set(result["side_by_side"]["cores"])) == 2
+    assert "--side-by-side" in manifested(out / "serve_load.json")["command"]
+    assert sorted(path.name for path in out.iterdir()) == ["result.json", "serve_load.json"]  # no arm left behind
+
+
+def test_serve_load_side_by_side_is_refused_off_the_cpu_in_one_line(tmp_path):
+    args = [sys.executable, str(BENCHMARKS / "serve_load.py"), "--side-by-side", "--device", "cuda",
+            "--out", str(tmp_path / "out")]
+    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--side-by-side pins CPU cores" in done.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
