@@ -116,8 +116,12 @@ stage needle_30l 80 "$py" benchmarks/needle.py --model "$model" --layers "$l30" 
   --batch-sizes "$last" --filler-tokens "$prompt,$prompt" --mode invariant --steps 4 --out "$out/needle_${l30}l.json"
 stage needle_6l 60 "$py" benchmarks/needle.py --model "$model" --layers "$l6" --device "$device" \
   --batch-sizes "$needle" --mode invariant --steps 4 --out "$out/needle_${l6}l.json"
+# The scan's vocabulary-sized ops take 16 GiB a tensor at B=64: that size only where the card has 100 GiB or more
+card_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+scan_sizes="1,2,3,4,5,8,16,$last"
+(( ${card_mib:-0} >= 100 * 1024 )) && scan_sizes+=",64"
 stage op_scan 200 "$py" -m canvaslab.cli.main op-scan --model "$model" --device "$device" --mode both \
-  --batch-sizes "1,2,3,4,5,8,16,$last,64" --out "$out/op_scan"
+  --batch-sizes "$scan_sizes" --out "$out/op_scan"
 echo "done at t=${SECONDS}s" >> "$log"
 "$py" -c 'import sys
 from canvaslab.environment import record_result

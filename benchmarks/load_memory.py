@@ -1,6 +1,7 @@
-"""What loading a model costs: wall time, peak host memory (the process's resident-set high-water mark,
-ru_maxrss, against its value before the load) and peak device memory (torch.cuda.max_memory_allocated),
-beside the size of the weights. A random-weight preset is built on the meta device and materialised tensor by
+"""What loading a model costs: wall time, peak host memory and peak device memory
+(torch.cuda.max_memory_allocated), beside the size of the weights. Host memory twice: the resident-set
+high-water mark (ru_maxrss), which also counts the pages of memory-mapped safetensors files that were read,
+and the peak of anonymous memory (RssAnon, sampled every few milliseconds), the host copies the load made. A random-weight preset is built on the meta device and materialised tensor by
 tensor on the target device; a checkpoint directory is read shard by shard straight to the device. The goal:
 device peak within the weights + 2 GiB, host peak about one shard. Run one load per process (the host
 high-water mark only rises); ``--save`` also writes the loaded model as a checkpoint (shards of
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +33,45 @@ HEADROOM_GIB = 2.0
 
 def host_peak_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # ru_maxrss is in KiB on Linux
+
+
+class AnonymousPeak:
+    """The peak of the process's anonymous resident memory (``RssAnon`` in /proc/self/status), sampled by a
+    thread while the block runs; None where /proc does not give it."""
+
+    def __init__(self, interval_s: float = 0.002):
+        self.interval_s, self.before, self.peak = interval_s, self.read(), None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @staticmethod
+    def read() -> float | None:
+        try:
+            with open("/proc/self/status") as status:
+                for line in status:
+                    if line.startswith("RssAnon:"):
+                        return int(line.split()[1]) * 1024 / GIB
+        except OSError:
+            return None
+        return None
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            value = self.read()
+            if value is not None:
+                self.peak = value if self.peak is None else max(self.peak, value)
+            time.sleep(self.interval_s)
+
+    def __enter__(self) -> "AnonymousPeak":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        last = self.read()
+        if last is not None and self.peak is not None:
+            self.peak = max(self.peak, last)
 
 
 def weights_gib(model: torch.nn.Module) -> float:
@@ -51,15 +92,20 @@ def measure(args) -> tuple[dict, object]:
         torch.cuda.reset_peak_memory_stats()
     host_before = host_peak_gib()
     start = time.perf_counter()
-    loaded = load_model(args.model, device=args.device, layers=args.layers, seed=args.seed)
-    if cuda:
-        torch.cuda.synchronize()
+    with AnonymousPeak() as anonymous:
+        loaded = load_model(args.model, device=args.device, layers=args.layers, seed=args.seed)
+        if cuda:
+            torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     weights = weights_gib(loaded.model)
     result = {"load_s": round(seconds, 3), "weights_gib": round(weights, 3),
               "host_peak_before_gib": round(host_before, 3), "host_peak_gib": round(host_peak_gib(), 3),
               "host_peak_rise_gib": round(host_peak_gib() - host_before, 3),
               "largest_shard_gib": shard_gib(Path(args.model))}
+    if anonymous.peak is not None and anonymous.before is not None:
+        result.update(host_anonymous_before_gib=round(anonymous.before, 3),
+                      host_anonymous_peak_gib=round(anonymous.peak, 3),
+                      host_anonymous_rise_gib=round(anonymous.peak - anonymous.before, 3))
     if cuda:
         peak = torch.cuda.max_memory_allocated() / GIB
         result.update(device_peak_gib=round(peak, 3), device_allocated_gib=round(torch.cuda.memory_allocated() / GIB, 3),

@@ -125,7 +125,8 @@ def smoke_load_memory(tmp_path, request):
     built, loaded, checkpoint = tmp_path / "built.json", tmp_path / "loaded.json", tmp_path / "checkpoint"
     python("load_memory.py", "--model", "tiny", "--device", "cpu", "--save", str(checkpoint), "--out", str(built))
     python("load_memory.py", "--model", str(checkpoint), "--device", "cpu", "--out", str(loaded))
-    keys = ("load_s", "weights_gib", "host_peak_gib", "host_peak_rise_gib", "environment")
+    keys = ("load_s", "weights_gib", "host_peak_gib", "host_peak_rise_gib", "host_anonymous_peak_gib",
+            "host_anonymous_rise_gib", "environment")
     assert read(built, *keys, "save_s")["weights_gib"] > 0 and list(checkpoint.glob("*.safetensors"))
     assert read(loaded, *keys)["largest_shard_gib"] > 0
 
@@ -560,3 +561,17 @@ def test_serve_load_side_by_side_is_refused_off_the_cpu_in_one_line(tmp_path):
     done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--side-by-side pins CPU cores" in done.stderr.strip().splitlines()[-1]
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_anonymous_peak_sees_a_host_copy_made_and_freed_inside_the_block():
+    anonymous_peak = runpy.run_path(str(BENCHMARKS / "load_memory.py"))["AnonymousPeak"]
+    read_anonymous = anonymous_peak.read
+    with anonymous_peak(interval_s=0.0005) as peak:
+        copy = bytearray(256 * 2 ** 20)  # 256 MiB of anonymous memory, every page touched
+        copy[:: 4096] = b"x" * len(copy[:: 4096])
+        deadline = time.monotonic() + 120  # the sampler thread's turn may come late on a loaded machine
+        while (peak.peak is None or peak.peak - peak.before < 0.2) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        del copy
+        released = read_anonymous()
+    assert peak.peak - peak.before >= 0.2 > released - peak.before  # GiB: the copy seen, and gone once freed
