@@ -534,12 +534,17 @@ def test_the_token_counts_refuse_bad_input_in_one_line(tmp_path, bad, said):
     assert not (tmp_path / "out").exists()
 
 
+def refused_before_work(script: str, args: list[str], out: Path, said: str) -> None:
+    """``script`` with ``args`` exits 2 with ``said`` on its last line, no traceback, and ``out`` not written."""
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), *args, "--out", str(out)], cwd=out.parent,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and said in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and not out.exists()
+
+
 def test_profile_steady_on_a_cpu_is_one_line_before_any_model_loads(tmp_path):
-    args = [sys.executable, str(BENCHMARKS / "profile_generate.py"), "--steady", "--device", "cpu",
-            "--out", str(tmp_path / "p.txt")]
-    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "--steady needs --device cuda" in done.stderr.strip().splitlines()[-1]
-    assert "Traceback" not in done.stderr and not (tmp_path / "p.txt").exists()
+    refused_before_work("profile_generate.py", ["--steady", "--device", "cpu"], tmp_path / "p.txt",
+                        "--steady needs --device cuda")
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="side by side needs a core per batching")
@@ -556,11 +561,8 @@ def test_serve_load_side_by_side_runs_the_batchings_at_once_on_pinned_cores_into
 
 
 def test_serve_load_side_by_side_is_refused_off_the_cpu_in_one_line(tmp_path):
-    args = [sys.executable, str(BENCHMARKS / "serve_load.py"), "--side-by-side", "--device", "cuda",
-            "--out", str(tmp_path / "out")]
-    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "--side-by-side pins CPU cores" in done.stderr.strip().splitlines()[-1]
-    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+    refused_before_work("serve_load.py", ["--side-by-side", "--device", "cuda"], tmp_path / "out",
+                        "--side-by-side pins CPU cores")
 
 
 def test_the_anonymous_peak_sees_a_host_copy_made_and_freed_inside_the_block():
