@@ -135,6 +135,17 @@ def measure_generation(trace: GenerationTrace) -> GenerationMeasures:
     )
 
 
+def occupied_bins(trace: GenerationTrace, size: int) -> int:
+    """How many bins of ``size`` positions hold a committed content position of the generation.
+
+    A block tau over 2 occupied bins is +1 or -1 whatever the canvas holds: an answer of 10 tokens spans 2 bins
+    of 16 on any canvas, so the validity rules read the bins an answer occupies, not the canvas's.
+    """
+    content = np.asarray(trace.content, dtype=bool)
+    positions = np.flatnonzero(content & (commit_calls(_accepted_matrix(trace)) >= 0))
+    return len(np.unique(positions // size))
+
+
 def _accepted_matrix(trace: GenerationTrace) -> np.ndarray:
     """(calls, positions) boolean: position p is in call i's accepted set."""
     accepted = np.zeros((len(trace.calls), len(trace.content)), dtype=bool)
@@ -328,11 +339,13 @@ def _supports(rows: Sequence[GenerationMeasures], summary: dict[str, Any], n_boo
     if summary["auroc"] is not None:
         usable = [row for row in rows if row.correct is not None and row.commit_entropy is not None]
         right = sum(bool(row.correct) for row in usable)
+        minority_correct = right < len(usable) - right
         skipped = summary["auroc_ci_resamples_skipped"]
         supports["auroc"] = {
             "generations": len(usable), "clusters": len({row.prompt_id for row in usable}),
             "minority": min(right, len(usable) - right),
-            "minority_name": "right answer" if right < len(usable) - right else "wrong answer",
+            "minority_name": "right answer" if minority_correct else "wrong answer",
+            "minority_clusters": len({row.prompt_id for row in usable if bool(row.correct) == minority_correct}),
             "resamples": n_bootstrap, "resamples_used": None if skipped is None else n_bootstrap - skipped,
         }
     return supports

@@ -15,6 +15,7 @@ import argparse
 import gzip
 import json
 import re
+import statistics
 import sys
 from dataclasses import replace
 from functools import cache
@@ -22,7 +23,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from canvaslab.analysis import validity
+from canvaslab.analysis.order_metrics import ONE_CALL, GenerationMeasures, measure_generation, occupied_bins
 from canvaslab.errors import CanvaslabError
+from canvaslab.reports.readers.order_metrics import iter_traces
 
 PAGES = ("README.md", "docs/findings-mini.md", "docs/mini-model.md", "docs/mini.md", "docs/evidence.md",
          "docs/commit-order-study.md", "docs/noise-study.md")
@@ -54,6 +57,10 @@ def _accuracy(summary: dict[str, Any], baseline: dict[str, Any]) -> str:
     return f"{summary['accuracy']:.2f} ({_score((baseline or {}).get('accuracy'))})"
 
 
+def _count(n: int, name: str) -> str:
+    return f"{n:,} {name}{'' if n == 1 else 's'}"
+
+
 def _score(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -68,8 +75,7 @@ def _quality_1_1(root: Path) -> dict[str, dict[str, float | None]]:
     for split in ("in_template", "heldout_template"):
         summary = {**gpu[split]["summary"]["diffusion"], **code[split]["summary"]["diffusion"]}
         scores[split] = {task: summary[task]["accuracy"] if task in summary else None for task, _ in TASKS}
-        scores[split]["median_calls"] = {task: summary[task]["median_accept_calls"] for task, _ in TASKS
-                                         if task in summary}
+        scores[split]["median_calls"] = {task: values["median_accept_calls"] for task, values in summary.items()}
         scores[split]["word_pairs"] = summary["prose"]["english_bigram_share"]
         scores[split]["frequent_words"] = summary["prose"]["frequent_word_share"]
         scores[split]["reference_frequent_words"] = summary["prose"]["reference_frequent_word_share"]
@@ -93,6 +99,129 @@ def quality_mini_1_1(root: Path) -> str:
                  f"{judge['retrained on grammar']['sibling_nll']:.2f} ({judge['references (grammar)']['sibling_nll']:.2f})",
                  "not computed"])
     return _table(["task (`mini` 1.1.0, 100 prompts each)", "in-template", "held-out templates"], rows)
+
+
+HELDOUT = Path("benchmarks/results/mini-heldout-templates")
+SCORED_BY = {"add2": "the last number is the sum", "add3": "the last number is the sum",
+             "word": "the last number is the answer", "fact": "the value, as a whole word",
+             "json": "valid, the schema's keys and types, the requested values",
+             "code": "the function passes its 5 tests in the sandbox"}
+
+
+def _split_1_0(root: Path, model: str, split: str) -> dict[str, dict[str, Any]]:
+    """``mini`` 1.0.0's or ``mini-ar``'s summary on one split of the 50-prompt CPU evaluation."""
+    folder = _json(root, HELDOUT / f"quality_{model}.json")
+    return next(iter(folder[split]["summary"].values()))
+
+
+def _with_n(summary: dict[str, Any], key: str = "accuracy") -> str:
+    return "-" if summary is None else f"{summary[key]:.2f} (n={summary['n']})"
+
+
+def evaluation_mini_1_1(root: Path) -> str:
+    """The model card's 1.1.0 table: both splits, median accept calls, and 1.0.0 and ``mini-ar`` held out."""
+    scores = _quality_1_1(root)
+    old, sibling = _split_1_0(root, "mini", "heldout_template"), _split_1_0(root, "mini-ar", "heldout_template")
+    rows = [[label, _score(scores["in_template"][task]), _score(scores["heldout_template"][task]),
+             f"{scores['heldout_template']['median_calls'][task]:g}", _with_n(old[task]), _with_n(sibling[task])]
+            for task, label in TASKS]
+    rows.append(["prose: English word pairs", _score(scores["in_template"]["word_pairs"]),
+                 _score(scores["heldout_template"]["word_pairs"]),
+                 f"{scores['heldout_template']['median_calls']['prose']:g}",
+                 _with_n(old["prose"], "english_bigram_share"), _with_n(sibling["prose"], "english_bigram_share")])
+    return _table(["task", "in-template", "held-out template", "median accept calls (held-out)",
+                   "1.0.0, held-out", "`mini-ar`, held-out"], rows)
+
+
+def heldout_mini_1_0(root: Path) -> str:
+    """``mini`` 1.0.0 and ``mini-ar`` on held-out templates (CPU, float32)."""
+    old, sibling = _split_1_0(root, "mini", "heldout_template"), _split_1_0(root, "mini-ar", "heldout_template")
+    return _table(["task (held-out templates)", "`mini` 1.0.0", "`mini-ar`"],
+                  [[label.split(" (")[0], _with_n(old[task]), _with_n(sibling[task])] for task, label in TASKS])
+
+
+def splits_mini_1_0(root: Path) -> str:
+    """``mini`` 1.0.0 and ``mini-ar``, in-template beside held-out template, from the same CPU evaluation."""
+    columns = [_split_1_0(root, model, split) for model in ("mini", "mini-ar")
+               for split in ("in_template", "heldout_template")]
+    rows = [[label.split(" (")[0]] + [_with_n(c.get(task)) for c in columns] for task, label in TASKS]
+    rows.append(["prose: English word pairs"] + [_with_n(c["prose"], "english_bigram_share") for c in columns])
+    return _table(["task", "`mini` in-template", "`mini` held-out template", "`mini-ar` in-template",
+                   "`mini-ar` held-out template"], rows)
+
+
+def _quality_1_0(root: Path, model: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``mini`` 1.0.0's (``diffusion``) or ``mini-ar``'s (``autoregressive``) in-template summary and answers."""
+    folder = SHIPPED if model == "diffusion" else SHIPPED / "sibling"
+    summary, answers = {}, []
+    for name in (f"quality_{model}_add2_add3_word_fact_json_prose.json", f"quality_{model}_code.json"):
+        quality = _json(root, folder / name)
+        summary.update(quality[model])
+        answers += quality["answers"][model]
+    return summary, answers
+
+
+def quality_mini_1_0(root: Path) -> str:
+    """``mini`` 1.0.0 and ``mini-ar`` on 100 in-template held-out prompts per task."""
+    (mini, answers), (sibling, _) = _quality_1_0(root, "diffusion"), _quality_1_0(root, "autoregressive")
+    words = [a for a in answers if a["task"] == "word"]
+    rows = []
+    for task, label in TASKS:
+        if task not in SCORED_BY:
+            continue
+        cell = _score(mini[task]["accuracy"])
+        if task == "word":
+            cell += " ({})".format(", ".join(
+                f"{name} {sum(a['score'] for a in words if sign in a['text'])} of "
+                f"{sum(sign in a['text'] for a in words)}" for name, sign in (("additions", " + "),
+                                                                             ("subtractions", " - "))))
+        rows.append([label.split(" (")[0], SCORED_BY[task], cell, f"{mini[task]['median_accept_calls']:g}",
+                     _score(sibling[task]["accuracy"])])
+    return _table(["task", "scored by", "`mini` 1.0.0", "median accept calls", "`mini-ar`"], rows)
+
+
+def sibling_mini_1_0(root: Path) -> str:
+    """The findings' accuracy beside the sibling: ``mini`` 1.0.0, ``mini-ar`` and the references, in-template."""
+    judge = _judge(root)
+    (mini, _), (sibling, _) = _quality_1_0(root, "diffusion"), _quality_1_0(root, "autoregressive")
+    tasks = [(task, label.split(" (")[0]) for task, label in TASKS if task in SCORED_BY]
+
+    def prose(name: str) -> str:
+        return f"{judge[name]['word_pairs']:.3f}, {judge[name]['sibling_nll']:.2f}"
+    rows = [["`mini` 1.0.0"] + [_score(mini[t]["accuracy"]) for t, _ in tasks] + [prose("shipped")],
+            ["`mini-ar` (greedy)"] + [_score(sibling[t]["accuracy"]) for t, _ in tasks]
+            + [prose("sibling greedy") + " (its own answers)"],
+            ["the passages' own continuations"] + [""] * len(tasks) + [prose("references")]]
+    return _table([""] + [label for _, label in tasks] + ["prose: word pairs, sibling NLL (nats)"], rows)
+
+
+JUDGED = (("references", "the passages' own continuations"), ("shipped", "`mini` 1.0.0"),
+          ("references (grammar)", "the passages' own continuations, grammar version's prompts"),
+          ("retrained on grammar", "`mini` 1.1.0 (grammar version's prompts)"),
+          ("sibling greedy", "`mini-ar`, greedy (as scored above)"),
+          ("sibling sampled T=0.8", "`mini-ar`, sampled at temperature 0.8"))
+
+
+def _prose_ended(root: Path) -> dict[str, str]:
+    """How the two ``mini`` versions' in-template prose answers end, each in its own terms."""
+    _, answers = _quality_1_0(root, "diffusion")
+    prose = [a for a in answers if a["task"] == "prose"]
+    budget = _json(root, SHIPPED / "quality_diffusion_add2_add3_word_fact_json_prose.json")["generation"][
+        "max_denoising_steps"]
+    ended, total = _quality_1_1(root)["in_template"]["prose_ended"]
+    return {"shipped": f"{sum(a['passes'] < budget for a in prose)} of {len(prose)} stop before the {budget}-pass "
+                       "budget",
+            "retrained on grammar": f"{ended} of {total} close with the end-of-turn token"}
+
+
+def prose_judge(root: Path) -> str:
+    """The prose judge's measures of every answer set, on the 100 in-template held-out prose prompts."""
+    judge, ended = _judge(root), _prose_ended(root)
+    rows = [[label, f"{judge[name]['word_share']:.3f}", f"{judge[name]['word_pairs']:.3f}",
+             f"{judge[name]['sibling_nll']:.2f}", f"{judge[name]['frequent_word_share']:.3f}",
+             f"{judge[name]['words']:g}", ended.get(name, "-")] for name, label in JUDGED]
+    return _table(["100 in-template held-out prose prompts", "word share", "word pairs", "sibling NLL (nats)",
+                   "frequent words", "median words", "how the answers end"], rows)
 
 
 TARGETS = (  # (target, how it is read from the files, why not when missed)
@@ -145,45 +274,57 @@ def targets_mini_1_1(root: Path) -> str:
 # ---------------------------------------------------------------- commit order
 
 
-def _canvas_length(folder: Path) -> int:
-    """The canvas length of a study's generations: the first trace's ``content`` mask."""
-    path = next(iter(sorted(folder.glob("traces*.jsonl.gz"))))
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return len(json.loads(handle.readline())["content"])
+@cache
+def _measured(folder: Path) -> tuple[tuple[GenerationMeasures, dict[int, int]], ...]:
+    """Every generation of a study's traces, measured by the study's own definitions, with the bins of each size
+    its content occupies (read once per folder)."""
+    return tuple((measure_generation(trace), {size: occupied_bins(trace, size) for size in map(int, BINS)})
+                 for trace in iter_traces(sorted(folder.glob("traces*.jsonl.gz"))))
 
 
-def _tau_b_prompts(folder: Path) -> dict[str, set[str]]:
-    """Per regime, the prompts with a generation whose tau_b is defined (content committed over 2+ calls).
+def _generations(root: Path, folder: Path) -> dict[str, list[GenerationMeasures]]:
+    """Per regime, in the order of the traces, the measured generations of a study folder."""
+    regimes: dict[str, list[GenerationMeasures]] = {}
+    for measures, _ in _measured((root / folder).resolve()):
+        regimes.setdefault(measures.regime, []).append(measures)
+    return regimes
 
-    Files written before the validity rules hold no per-measure prompt counts; with several seeds per prompt the
-    count of generations alone does not give them, so they are read back from the traces.
-    """
-    prompts: dict[str, set[str]] = {}
-    for path in sorted(folder.glob("traces*.jsonl.gz")):
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            for line in handle:
-                trace = json.loads(line)
-                commit: dict[int, int] = {}
-                for index, call in enumerate(trace["calls"]):
-                    for position in call["accepted"]:
-                        commit.setdefault(position, index)
-                calls = {commit[p] for p, content in enumerate(trace["content"]) if content and p in commit}
-                if len(calls) > 1:
-                    prompts.setdefault(trace["regime"], set()).add(trace["prompt_id"])
-    return prompts
+
+def _block_support(root: Path, folder: Path, regime: str, size: int, support: validity.Support) -> validity.Support:
+    """A bin-level block tau's support from its traces: prompts, and the bins its generations' answers occupy."""
+    spans = [(measures.prompt_id, bins[size]) for measures, bins in _measured((root / folder).resolve())
+             if measures.regime == regime and measures.block_tau[size] is not None]
+    if not spans:
+        return support
+    return replace(support, clusters=len({prompt for prompt, _ in spans}), bins=min(b for _, b in spans),
+                   narrow=sum(b < validity.MIN_BINS for _, b in spans))
 
 
 def _order(root: Path, folder: Path) -> tuple[dict[str, Any], dict[str, dict[str, tuple]]]:
+    """The study's metrics, and each statistic's ruling from the counts its traces give.
+
+    Files written before the validity rules hold no per-measure prompt counts (with several seeds per prompt the
+    count of generations does not give them) nor the prompts of the AUROC's minority class: both are read back
+    from the traces.
+    """
     metrics = _json(root, folder / "order_metrics.json")
-    canvas = _canvas_length(root / folder)
-    exact = _tau_b_prompts(root / folder) if metrics["n_generations"] > sum(
-        s["n_prompts"] for s in metrics["regimes"].values()) else None
+    generations = _generations(root, folder)
     rulings = {}
     for regime, summary in metrics["regimes"].items():
+        rows = generations[regime]
+        canvas = rows[0].canvas_length
         ruled = validity.regime_rulings({"canvas_length": canvas, **summary}, metrics["n_bootstrap"])
-        if exact is not None:
-            support = replace(ruled["tau_b"][1], clusters=len(exact.get(regime, ())))
-            ruled["tau_b"] = (validity.rule(support, canvas_length=canvas), support)
+        tau = replace(ruled["tau_b"][1], clusters=len({m.prompt_id for m in rows if m.tau_b is not None}))
+        ruled["tau_b"] = (validity.rule(tau, canvas_length=canvas), tau)
+        for size in map(int, BINS):
+            block = _block_support(root, folder, regime, size, ruled[f"block_tau_{size}"][1])
+            ruled[f"block_tau_{size}"] = (validity.rule(block, canvas_length=canvas, bin_size=size), block)
+        if "auroc" in ruled:
+            auroc = ruled["auroc"][1]
+            minority_correct = auroc.minority_name == "right answer"
+            auroc = replace(auroc, minority_clusters=len({m.prompt_id for m in rows
+                                                          if m.correct is not None and m.correct == minority_correct}))
+            ruled["auroc"] = (validity.rule(auroc, canvas_length=canvas), auroc)
         rulings[regime] = ruled
     return metrics, rulings
 
@@ -192,7 +333,10 @@ def _block(summary: dict[str, Any], rulings: dict[str, tuple], kind: str) -> str
     cells = []
     for size in BINS:
         ruling, support = rulings[f"{kind}_{size}"]
-        cells.append(validity.format_value(summary[kind][size], None, ruling, 2, support))
+        cell = validity.format_value(summary[kind][size], None, ruling, 2, support)
+        if ruling.reading == validity.VALUE and support.narrow:
+            cell += f" ({support.narrow} of {support.generations} over 2 bins)"
+        cells.append(cell)
     return " / ".join(cells)
 
 
@@ -201,12 +345,14 @@ def _auroc(summary: dict[str, Any], rulings: dict[str, tuple]) -> str:
         return "- (one class)" if summary.get("accuracy") is not None else "-"
     ruling, support = rulings["auroc"]
     text = validity.format_value(summary["auroc"], summary["auroc_ci"], ruling, 2)
-    return text + f" ({support.minority} {support.minority_name}{'' if support.minority == 1 else 's'})"
+    prompts = "" if support.minority_clusters in (None, support.minority) else \
+        f" from {_count(support.minority_clusters, 'prompt')}"
+    return text + f" ({_count(support.minority, support.minority_name)}{prompts})"
 
 
-def order_mini_1_1(root: Path) -> str:
-    """Commit order on ``mini`` 1.1.0 (CPU, one seed): tau_b, block tau (bin level, token level), AUROC."""
-    metrics, rulings = _order(root, GRAMMAR / "order_study_cpu")
+def _order_table(root: Path, folder: Path) -> str:
+    """A study's commit order per regime: tau_b, block tau (bin level, token level), accuracy, AUROC."""
+    metrics, rulings = _order(root, folder)
     baseline = metrics["baseline"]["regimes"]
     rows = []
     for regime, s in metrics["regimes"].items():
@@ -219,20 +365,89 @@ def order_mini_1_1(root: Path) -> str:
                    "token-level block tau, same bins", "accuracy (`mini-ar`)", "AUROC [95% CI]"], rows)
 
 
+def order_mini_1_1(root: Path) -> str:
+    """Commit order on ``mini`` 1.1.0 (CPU, one seed x 20 prompts per regime)."""
+    return _order_table(root, GRAMMAR / "order_study_cpu")
+
+
 def order_mini_1_0(root: Path) -> str:
     """Commit order on ``mini`` 1.0.0 (CPU, 5 seeds x 20 prompts per regime)."""
-    metrics, rulings = _order(root, SHIPPED / "order_study_cpu")
+    return _order_table(root, SHIPPED / "order_study_cpu")
+
+
+def _commit_rows(root: Path, folder: Path) -> str:
+    metrics = _json(root, folder / "order_metrics.json")
     baseline = metrics["baseline"]["regimes"]
+    budgets = {s["accept_calls"]["budget"] for s in metrics["regimes"].values()}
     rows = []
     for regime, s in metrics["regimes"].items():
+        calls = s["accept_calls"]
+        rows.append([regime, f"{s['tokens_per_call']:.1f}", f"{s['same_call_fraction']:.2f}",
+                     f"{calls['mean']:.3g} ({calls['min']}-{calls['max']})", f"{s['commit_entropy_mean']:.2g}",
+                     f"{s['unaccept_events']:.3g}", _accuracy(s, baseline.get(regime))])
+    return _table(["regime", "tokens per call", "same-call token pairs",
+                   f"accept calls of {'/'.join(map(str, sorted(budgets)))}, mean (range)",
+                   "mean commit entropy (nats)", "un-accepts per generation", "accuracy (`mini-ar`)"], rows)
+
+
+def commit_mini_1_1(root: Path) -> str:
+    """How ``mini`` 1.1.0 commits: tokens per call, same-call pairs, accept calls, entropy, un-accepts."""
+    return _commit_rows(root, GRAMMAR / "order_study_cpu")
+
+
+def commit_mini_1_0(root: Path) -> str:
+    """How ``mini`` 1.0.0 commits, as ``commit_mini_1_1``."""
+    return _commit_rows(root, SHIPPED / "order_study_cpu")
+
+
+def _without_interval(value: float, ci: list[float] | None, ruling: validity.Ruling, digits: int = 3) -> str:
+    text = validity.format_value(value, ci, ruling, digits)
+    return text if ruling.interval else text + ", no CI"
+
+
+def tau_mini_1_0(root: Path) -> str:
+    """``mini`` 1.0.0's tau_b with what it rests on: answer lengths, one-call answers, generations and prompts."""
+    metrics, rulings = _order(root, SHIPPED / "order_study_cpu")
+    generations = _generations(root, SHIPPED / "order_study_cpu")
+    rows = []
+    for regime, s in metrics["regimes"].items():
+        measured = generations[regime]
+        defined = [m for m in measured if m.tau_b is not None]
+        one_call = sum(m.undefined.get("tau_b") == ONE_CALL for m in measured)
         ruling, support = rulings[regime]["tau_b"]
-        tau = validity.format_value(s["tau_b"], s["tau_b_ci"], ruling, support=support)
-        if not ruling.interval:
-            tau += f" (no CI: {support.generations} generations of {support.clusters} prompts)"
-        rows.append([regime, tau, f"{s['tokens_per_call']:.1f}", f"{s['accept_calls']['mean']:.1f}",
-                     _accuracy(s, baseline.get(regime))])
-    return _table(["regime (`mini` 1.0.0)", "tau_b [95% CI]", "tokens per call", "accept calls (budget 48)",
-                   "accuracy (`mini-ar`)"], rows)
+        rows.append([regime, f"{statistics.median(m.content_positions for m in measured):g}",
+                     f"{one_call} of {len(measured)}",
+                     f"{_count(len(defined), 'generation')} of {_count(support.clusters, 'prompt')}",
+                     _without_interval(s["tau_b"], s["tau_b_ci"], ruling)])
+    return _table(["regime (`mini` 1.0.0)", "content tokens (median)", "committed in one call", "tau_b defined for",
+                   "tau_b [95% CI]"], rows)
+
+
+def auroc_mini_1_0(root: Path) -> str:
+    """``mini`` 1.0.0: does commit entropy rank wrong answers below right ones, and on how many wrong answers."""
+    metrics, rulings = _order(root, SHIPPED / "order_study_cpu")
+    generations = _generations(root, SHIPPED / "order_study_cpu")
+    rows = []
+    for regime, s in metrics["regimes"].items():
+        if s["accuracy"] is None:
+            continue
+        scored = [m for m in generations[regime] if m.correct is not None]
+        wrong = [m for m in scored if not m.correct]
+        why = "-"
+        if s["auroc"] is None:
+            auroc = "- (every answer right)" if not wrong else "- (every answer wrong)"
+        else:
+            ruling, _ = rulings[regime]["auroc"]
+            auroc = _without_interval(s["auroc"], s["auroc_ci"], ruling)
+            why = "; ".join(ruling.flags) or "-"
+        wrong_prompts = len({m.prompt_id for m in wrong})
+        rows.append([regime, auroc, f"{len(wrong)} of {len(scored)} generations"
+                     + (f", from {_count(wrong_prompts, 'prompt')}" if wrong else ""), why])
+    pooled = metrics["pooled_auroc"]
+    rows.append(["pooled (a diagnostic)", f"{pooled['value']:.3f} ({pooled['n']} generations); Simpson flag "
+                 f"{'raised' if pooled['simpson_prone'] else 'not raised'}", "-", "-"])
+    return _table(["regime (`mini` 1.0.0)", "AUROC of mean commit entropy [95% CI]", "wrong answers",
+                   "why no interval"], rows)
 
 
 # ---------------------------------------------------------------- noise study
@@ -249,6 +464,25 @@ def noise_mini_1_1(root: Path) -> str:
                      f"{e['tost_p']:.2g}", f"{e['p_two_sided']:.2g}", e["verdict"], "; ".join(flags) or "-"])
     return _table([f"comparison (primary: `{report['conclusion']['primary_outcome']}`)", "prompts",
                    "mean difference, nats", "sd", "95% CI", "TOST p", "two-sided p", "verdict", "flag"], rows)
+
+
+def noise_mini_1_0(root: Path) -> str:
+    """The noise study's default design on ``mini`` 1.0.0 (H200): every outcome's two comparisons, the answer."""
+    report = _json(root, SHIPPED / "noise_study" / "noise_study.json")
+    rows = []
+    for e in sorted(report["effects"], key=lambda e: (e["comparison"], not e["primary"])):
+        ci = f"[{e['ci'][0]:+.4f}, {e['ci'][1]:+.4f}]" if validity.effect_interval_allowed(e) and e["ci"] else "-"
+        rows.append([e["comparison"], f"`{e['outcome']}`" + (" (primary)" if e["primary"] else ""),
+                     str(e["n_pairs"]), f"{e['mean_difference']:+.4f}", ci, f"{e['margin']:g}", e["verdict"],
+                     "; ".join(validity.effect_flags(e, "pair")) or "-"])
+    guard, total = report["safeguard"], report["conditions_run"]
+    changed = guard["outcome_fields_changed"]
+    return (_table(["comparison", "outcome", "pairs", "mean difference", "95% CI", "margin", "verdict", "flag"], rows)
+            + f"\n\nAnswer by the plan's rule: **{report['conclusion']['answer']}** "
+            f"({report['conclusion']['text']}). Batch safeguard (alone against row 0 of a batch of "
+            f"{report['execution']['batch_size']}): fired in {guard['fired']:,} of {guard['compared']:,} conditions "
+            f"({guard['fired'] / guard['compared']:.0%}); tokens, stop, acceptance or predictions changed in "
+            f"{changed:,} ({changed / total:.0%}).")
 
 
 def readme_mini_1_1(root: Path) -> str:
@@ -286,13 +520,68 @@ def readme_mini_1_1(root: Path) -> str:
     return _table(["what", "result", "folder"], rows)
 
 
+def _noise_primary(report: dict[str, Any]) -> str:
+    """The primary outcome's two comparisons, in nats read back, for a README row."""
+    primary = {e["comparison"]: e for e in report["effects"] if e["primary"]}
+    random_, rare = primary["unused - random"], primary["unused - rare"]
+
+    def less(e: dict[str, Any]) -> str:
+        return f"{-e['mean_difference']:.2f} [{-e['ci'][1]:.2f}, {-e['ci'][0]:.2f}]"
+    means = report["class_means"]
+    guard = report["safeguard"]
+    return (f"planted unused tokens read back {less(random_)} nats less than random tokens and {less(rare)} less "
+            f"than rare ones: **{report['conclusion']['answer']}** by the registered rule ("
+            f"{report['conclusion']['text']}); mean boosts: "
+            + ", ".join(f"{name} {means[name]['planted_logprob_boost']:.2f}" for name in ("unused", "rare", "random"))
+            + f" nats; safeguard {guard['fired']}/{guard['compared']}")
+
+
+def readme_earlier(root: Path) -> str:
+    """The README's rows for ``mini`` 1.0.0 and the CPU costs, each from its folder."""
+    (mini, answers), (sibling, _) = _quality_1_0(root, "diffusion"), _quality_1_0(root, "autoregressive")
+    judge = _judge(root)
+    tasks = [(task, label.split(" (")[0]) for task, label in TASKS if task in SCORED_BY]
+    quality = (", ".join(f"{label} {mini[task]['accuracy']:.2f}" for task, label in tasks)
+               + f"; prose word pairs {judge['shipped']['word_pairs']:.2f}, not English; `mini-ar`: "
+               + ", ".join(f"{sibling[task]['accuracy']:.2f}" for task, _ in tasks)
+               + f", prose {judge['sibling greedy']['word_pairs']:.2f}")
+    large = _json(root, Path("benchmarks/results/mini-noise-first-pass-large/confirmatory/noise_study.json"))
+    sandbox = _json(root, Path("benchmarks/results/cpu-sandbox-overhead/cpu_sandbox_overhead.json"))
+    engine = _json(root, Path("benchmarks/results/cpu-engine-ray-scaling/cpu_engine_ray_scaling_tiny_idle.json"))
+    walls = {name: result["wall_s"] for name, result in engine["results"].items()}
+    rows = [[f"`mini` 1.0.0 (the previous weights), {mini['add2']['n']} in-template held-out prompts per task",
+             quality, "`benchmarks/results/mini/`"],
+            [f"noise study on `mini` 1.0.0, first-pass design with the registered power (`mini-large` suite: pilot, "
+             f"then {large['prompts']} prompts, {large['conditions_run']:,} conditions batched in "
+             f"{large['execution']['mode']} mode, {large['environment']['device']})", _noise_primary(large),
+             "`benchmarks/results/mini-noise-first-pass-large/`"],
+            ["code sandbox cost per probe", f"{sandbox['median_sandbox_s']:.2f} s median against "
+             f"{sandbox['median_unprotected_s']:.2f} s unprotected ({sandbox['probes']} probes)",
+             "`benchmarks/results/cpu-sandbox-overhead/`"],
+            ["engine, tiny study, 2 idle cores", "; ".join(f"{name}: {wall:.1f} s" for name, wall in walls.items()),
+             "`benchmarks/results/cpu-engine-ray-scaling/`"]]
+    return _table(["what", "result", "folder"], rows)
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "readme-mini-1.1": readme_mini_1_1,
+    "readme-earlier": readme_earlier,
     "quality-mini-1.1": quality_mini_1_1,
     "targets-mini-1.1": targets_mini_1_1,
+    "evaluation-mini-1.1": evaluation_mini_1_1,
+    "heldout-mini-1.0": heldout_mini_1_0,
+    "splits-mini-1.0": splits_mini_1_0,
+    "quality-mini-1.0": quality_mini_1_0,
+    "sibling-mini-1.0": sibling_mini_1_0,
+    "prose-judge": prose_judge,
     "order-mini-1.1": order_mini_1_1,
     "order-mini-1.0": order_mini_1_0,
+    "commit-mini-1.1": commit_mini_1_1,
+    "commit-mini-1.0": commit_mini_1_0,
+    "tau-mini-1.0": tau_mini_1_0,
+    "auroc-mini-1.0": auroc_mini_1_0,
     "noise-mini-1.1": noise_mini_1_1,
+    "noise-mini-1.0": noise_mini_1_0,
 }
 
 
