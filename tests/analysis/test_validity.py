@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from canvaslab.analysis import validity
-from canvaslab.analysis.order_metrics import aggregate_order_metrics, measure_generation, occupied_bins
+from canvaslab.analysis.order_metrics import aggregate_order_metrics, measure_generation
 from canvaslab.analysis.tost import paired_equivalence
 from canvaslab.analysis.validity import Ruling, Support, format_value, rule
 from canvaslab.capture.commit_trace import AcceptCall, GenerationTrace
@@ -78,9 +78,14 @@ def test_block_tau_over_two_bins_is_a_split_share_never_beside_the_paper():
 def test_answers_that_span_two_bins_make_a_split_share_on_any_canvas():
     """8 bins of 16 on the canvas, but every answer occupies 2 of them: each generation's tau is +1 or -1."""
     assert validity.bins_on_canvas(128, 16) == 8
-    trace = two_wave_trace(128, 0, True)
-    short = GenerationTrace("g", "code", "p", 0, 48, [p < 20 for p in range(128)], trace.calls, True)
-    assert occupied_bins(short, 16) == 2 and occupied_bins(short, 4) == 5
+    entropy = [0.01] * 128
+    calls = [AcceptCall(step=2, accepted=list(range(12)), entropy=entropy),
+             AcceptCall(step=1, accepted=list(range(128)), entropy=entropy)]
+    short = GenerationTrace("g", "code", "p", 0, 48, [p < 20 for p in range(128)], calls, True)
+    assert measure_generation(short).block_bins[16] == 2 and measure_generation(short).block_bins[4] == 5
+    summary = aggregate_order_metrics([measure_generation(short)], 0)["regimes"]["code"]
+    assert summary["support"]["block_tau_16"]["bins"] == 2 and summary["support"]["block_tau_16"]["narrow"] == 1
+    assert summary["validity"]["block_tau_16"]["reading"] == validity.SPLIT_SHARE
     every = rule(Support(generations=20, clusters=20, bins=2, narrow=20), canvas_length=128, bin_size=16)
     assert every.reading == validity.SPLIT_SHARE
     some = rule(Support(generations=93, clusters=20, bins=2, narrow=11), canvas_length=128, bin_size=32)

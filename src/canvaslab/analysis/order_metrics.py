@@ -45,7 +45,7 @@ NO_COMMITTED = "no committed content positions"
 ONE_CALL = "all content positions committed in one call"
 SAME_BIN_MEANS = "all bins have the same mean commit call"
 # The measures with one value per bin size.
-PER_BIN = ("block_tau", "token_block_tau", "control_block_tau", "control_token_block_tau")
+PER_BIN = ("block_tau", "token_block_tau", "control_block_tau", "control_token_block_tau", "block_bins")
 
 
 @dataclass
@@ -74,6 +74,9 @@ class GenerationMeasures:
     same_call_fraction: float | None
     commit_entropy: float | None
     undefined: dict[str, str] = field(default_factory=dict)
+    # Bins of each size that hold a committed content position: a block tau over 2 is +1 or -1 whatever the
+    # canvas holds (an answer of 10 tokens spans 2 bins of 16 on any canvas).
+    block_bins: dict[int, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
@@ -132,18 +135,8 @@ def measure_generation(trace: GenerationTrace) -> GenerationMeasures:
         same_call_fraction=keep("same_call_fraction", _same_call_fraction(calls)),
         commit_entropy=keep("commit_entropy", _commit_entropy(entropy, calls, positions)),
         undefined=undefined,
+        block_bins={b: int(np.unique(positions // b).size) for b in BLOCK_BINS},
     )
-
-
-def occupied_bins(trace: GenerationTrace, size: int) -> int:
-    """How many bins of ``size`` positions hold a committed content position of the generation.
-
-    A block tau over 2 occupied bins is +1 or -1 whatever the canvas holds: an answer of 10 tokens spans 2 bins
-    of 16 on any canvas, so the validity rules read the bins an answer occupies, not the canvas's.
-    """
-    content = np.asarray(trace.content, dtype=bool)
-    positions = np.flatnonzero(content & (commit_calls(_accepted_matrix(trace)) >= 0))
-    return len(np.unique(positions // size))
 
 
 def _accepted_matrix(trace: GenerationTrace) -> np.ndarray:
@@ -334,7 +327,8 @@ def _supports(rows: Sequence[GenerationMeasures], summary: dict[str, Any], n_boo
         for size in BLOCK_BINS:
             support = _support([(row.prompt_id, getattr(row, name)[size]) for row in rows])
             if name == "block_tau":
-                support["bins"] = validity.bins_on_canvas(summary["canvas_length"], size)
+                support.update(_bins_support([row.block_bins[size] for row in rows if row.block_tau[size] is not None],
+                                             validity.bins_on_canvas(summary["canvas_length"], size)))
             supports[f"{name}_{size}"] = support
     if summary["auroc"] is not None:
         usable = [row for row in rows if row.correct is not None and row.commit_entropy is not None]
@@ -349,6 +343,13 @@ def _supports(rows: Sequence[GenerationMeasures], summary: dict[str, Any], n_boo
             "resamples": n_bootstrap, "resamples_used": None if skipped is None else n_bootstrap - skipped,
         }
     return supports
+
+
+def _bins_support(spans: Sequence[int], canvas_bins: int) -> dict[str, Any]:
+    """A block tau's bins: the fewest its generations' answers occupy, and how many occupy fewer than 3."""
+    if not spans:
+        return {"bins": canvas_bins}
+    return {"bins": min(spans), "narrow": sum(span < validity.MIN_BINS for span in spans)}
 
 
 def _support(values: Sequence[tuple[str, float | None]]) -> dict[str, Any]:

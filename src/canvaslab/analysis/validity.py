@@ -11,7 +11,7 @@ JSON; the terminal tables, the report pages and the docs' generated evidence pri
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 # The findings' own rule: no interval from fewer than 5 independent units (prompts, or the minority class).
@@ -185,8 +185,9 @@ def regime_rulings(summary: Mapping[str, Any], n_bootstrap: int | None = None) -
     rulings = {}
     for name, support in supports.items():
         bin_size = int(name.rsplit("_", 1)[1]) if name.startswith("block_tau_") else None
-        if bin_size is not None and canvas is not None:
-            support = Support(**{**asdict(support), "bins": bins_on_canvas(canvas, bin_size)})
+        if bin_size is not None and canvas is not None:  # files before the answers' own bins: the canvas's
+            canvas_bins = bins_on_canvas(canvas, bin_size)
+            support = replace(support, bins=canvas_bins if support.bins is None else min(support.bins, canvas_bins))
         paper_size = bin_size if bin_size is not None else None
         rulings[name] = (rule(support, canvas_length=canvas, bin_size=paper_size), support)
     return rulings

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from canvaslab.analysis import validity
-from canvaslab.analysis.order_metrics import ONE_CALL, GenerationMeasures, measure_generation, occupied_bins
+from canvaslab.analysis.order_metrics import ONE_CALL, GenerationMeasures, measure_generation
 from canvaslab.errors import CanvaslabError
 from canvaslab.reports.readers.order_metrics import iter_traces
 
@@ -275,25 +275,22 @@ def targets_mini_1_1(root: Path) -> str:
 
 
 @cache
-def _measured(folder: Path) -> tuple[tuple[GenerationMeasures, dict[int, int]], ...]:
-    """Every generation of a study's traces, measured by the study's own definitions, with the bins of each size
-    its content occupies (read once per folder)."""
-    return tuple((measure_generation(trace), {size: occupied_bins(trace, size) for size in map(int, BINS)})
-                 for trace in iter_traces(sorted(folder.glob("traces*.jsonl.gz"))))
+def _measured(folder: Path) -> tuple[GenerationMeasures, ...]:
+    """Every generation of a study's traces, measured by the study's own definitions (read once per folder)."""
+    return tuple(measure_generation(trace) for trace in iter_traces(sorted(folder.glob("traces*.jsonl.gz"))))
 
 
 def _generations(root: Path, folder: Path) -> dict[str, list[GenerationMeasures]]:
     """Per regime, in the order of the traces, the measured generations of a study folder."""
     regimes: dict[str, list[GenerationMeasures]] = {}
-    for measures, _ in _measured((root / folder).resolve()):
+    for measures in _measured((root / folder).resolve()):
         regimes.setdefault(measures.regime, []).append(measures)
     return regimes
 
 
-def _block_support(root: Path, folder: Path, regime: str, size: int, support: validity.Support) -> validity.Support:
+def _block_support(rows: list[GenerationMeasures], size: int, support: validity.Support) -> validity.Support:
     """A bin-level block tau's support from its traces: prompts, and the bins its generations' answers occupy."""
-    spans = [(measures.prompt_id, bins[size]) for measures, bins in _measured((root / folder).resolve())
-             if measures.regime == regime and measures.block_tau[size] is not None]
+    spans = [(m.prompt_id, m.block_bins[size]) for m in rows if m.block_tau[size] is not None]
     if not spans:
         return support
     return replace(support, clusters=len({prompt for prompt, _ in spans}), bins=min(b for _, b in spans),
@@ -317,7 +314,7 @@ def _order(root: Path, folder: Path) -> tuple[dict[str, Any], dict[str, dict[str
         tau = replace(ruled["tau_b"][1], clusters=len({m.prompt_id for m in rows if m.tau_b is not None}))
         ruled["tau_b"] = (validity.rule(tau, canvas_length=canvas), tau)
         for size in map(int, BINS):
-            block = _block_support(root, folder, regime, size, ruled[f"block_tau_{size}"][1])
+            block = _block_support(rows, size, ruled[f"block_tau_{size}"][1])
             ruled[f"block_tau_{size}"] = (validity.rule(block, canvas_length=canvas, bin_size=size), block)
         if "auroc" in ruled:
             auroc = ruled["auroc"][1]
