@@ -94,6 +94,19 @@ def test_the_targets_label_the_split_each_prose_score_comes_from():
     assert "held-out: not computed" in targets
 
 
+def test_a_figure_in_a_sentence_that_differs_from_its_file_is_named(tmp_path):
+    old = "<!-- value:mini-1.1.heldout.fact -->81%<!-- /value -->"
+    root = _copy_with(tmp_path, "docs/mini-model.md", old, old.replace("81%", "82%"))
+    assert evidence.stale_regions(root) == ["docs/mini-model.md: value mini-1.1.heldout.fact (82%, the files say 81%)"]
+    assert evidence.main(["--root", str(root)]) == 0
+    assert old in (root / "docs/mini-model.md").read_text()
+
+
+def test_an_unknown_figure_is_one_clear_error():
+    with pytest.raises(CanvaslabError, match="no figure named 'nope'"):
+        evidence.render_page("<!-- value:nope -->1<!-- /value -->", ROOT)
+
+
 def test_an_unknown_region_or_a_missing_file_is_one_clear_error(tmp_path, capsys):
     with pytest.raises(CanvaslabError, match="no renderer named 'nope'"):
         evidence.render_page("<!-- evidence:nope -->\n<!-- /evidence -->", ROOT)

@@ -479,7 +479,8 @@ def noise_mini_1_0(root: Path) -> str:
             f"({report['conclusion']['text']}). Batch safeguard (alone against row 0 of a batch of "
             f"{report['execution']['batch_size']}): fired in {guard['fired']:,} of {guard['compared']:,} conditions "
             f"({guard['fired'] / guard['compared']:.0%}); tokens, stop, acceptance or predictions changed in "
-            f"{changed:,} ({changed / total:.0%}).")
+            f"{changed:,} ({changed / total:.0%}); by field: "
+            + ", ".join(f"{field.replace('_', ' ')} {count:,}" for field, count in guard["by_field"].items()) + ".")
 
 
 def readme_mini_1_1(root: Path) -> str:
@@ -582,14 +583,96 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
 }
 
 
+# ---------------------------------------------------------------- figures inside a sentence
+
+NOISE = {"mini-1.0-default": SHIPPED / "noise_study",
+         "mini-1.0-first-pass": Path("benchmarks/results/mini-noise-first-pass/confirmatory"),
+         "mini-1.0-large": Path("benchmarks/results/mini-noise-first-pass-large/confirmatory"),
+         "mini-1.1": GRAMMAR / "noise_study" / "confirmatory",
+         "mini-1.1-h200": GRAMMAR / "noise_study" / "confirmatory-gpu",
+         "mini-1.1-h200-stock": GRAMMAR / "noise_study" / "confirmatory-stock-gpu"}
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _quality_values(root: Path) -> dict[str, str]:
+    scores = _quality_1_1(root)
+    (mini, _), (sibling, _) = _quality_1_0(root, "diffusion"), _quality_1_0(root, "autoregressive")
+    values = {}
+    for task, _ in TASKS:
+        values[f"mini-1.1.in.{task}"] = _percent(scores["in_template"][task])
+        values[f"mini-1.1.heldout.{task}"] = _percent(scores["heldout_template"][task])
+        values[f"mini-1.0.heldout.{task}"] = _percent(_split_1_0(root, "mini", "heldout_template")[task]["accuracy"])
+        values[f"mini-ar.heldout.{task}"] = _percent(_split_1_0(root, "mini-ar", "heldout_template")[task]["accuracy"])
+        if task in mini:
+            values[f"mini-1.0.in.{task}"] = _percent(mini[task]["accuracy"])
+            values[f"mini-ar.in.{task}"] = _percent(sibling[task]["accuracy"])
+    for name, key in (("shipped", "mini-1.0"), ("retrained on grammar", "mini-1.1"), ("references", "references"),
+                      ("references (grammar)", "references-grammar"), ("sibling greedy", "mini-ar")):
+        judged = _judge(root)[name]
+        values[f"judge.{key}.word-pairs"] = f"{judged['word_pairs']:.2f}"
+        values[f"judge.{key}.nll"] = f"{judged['sibling_nll']:.2f}"
+    values["judge.mini-1.1.held-out.word-pairs"] = f"{scores['heldout_template']['word_pairs']:.2f}"
+    return values
+
+
+def _noise_values(root: Path) -> dict[str, str]:
+    """Per noise-study run: each primary comparison as ``mean [low, high]`` in nats, the answer, the boosts."""
+    values = {}
+    for key, folder in NOISE.items():
+        report = _json(root, folder / "noise_study.json")
+        values[f"noise.{key}.answer"] = report["conclusion"]["answer"]
+        if "prompts" in report:
+            values[f"noise.{key}.prompts"] = str(report["prompts"])
+        values[f"noise.{key}.safeguard"] = f"{report['safeguard']['fired']}/{report['safeguard']['compared']}"
+        for e in (e for e in report["effects"] if e["primary"]):
+            name = e["comparison"].split(" - ")[1]
+            digits = 2 if abs(e["mean_difference"]) >= 0.1 else 3
+            values[f"noise.{key}.{name}"] = f"{e['mean_difference']:+.{digits}f}" + (
+                f" [{e['ci'][0]:+.{digits}f}, {e['ci'][1]:+.{digits}f}]" if e["ci"] else "")
+        for name, means in report["class_means"].items():
+            if "planted_logprob_boost" in means:
+                values[f"noise.{key}.boost.{name}"] = f"{means['planted_logprob_boost']:.2f}"
+    return values
+
+
+def _order_values(root: Path) -> dict[str, str]:
+    values = {}
+    for key, folder in (("mini-1.1", GRAMMAR), ("mini-1.0", SHIPPED)):
+        metrics = _json(root, folder / "order_study_cpu" / "order_metrics.json")
+        for regime, summary in metrics["regimes"].items():
+            values[f"order.{key}.{regime}.tau"] = f"{summary['tau_b']:.2f}"
+            values[f"order.{key}.{regime}.accuracy"] = _score(summary["accuracy"])
+    return values
+
+
+def figures(root: Path) -> dict[str, str]:
+    """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
+    return {**_quality_values(root), **_noise_values(root), **_order_values(root)}
+
+
+VALUE = re.compile(r"(<!-- value:(?P<name>[a-z0-9.-]+) -->)(?P<body>.*?)(<!-- /value -->)")
+
+
 def render_page(text: str, root: Path) -> str:
-    """The page with every evidence region refilled from its result files."""
+    """The page with every evidence region and every figure in a sentence refilled from its result files."""
     def fill(match: re.Match) -> str:
         name = match["name"]
         if name not in RENDERERS:
             raise CanvaslabError(f"evidence: no renderer named {name!r} (known: {', '.join(RENDERERS)})")
         return f"{match[1]}{RENDERERS[name](root)}\n{match[4]}"
-    return REGION.sub(fill, text)
+    text = REGION.sub(fill, text)
+    if not VALUE.search(text):
+        return text
+    known = figures(root)
+
+    def value(match: re.Match) -> str:
+        if match["name"] not in known:
+            raise CanvaslabError(f"evidence: no figure named {match['name']!r}")
+        return f"{match[1]}{known[match['name']]}{match[4]}"
+    return VALUE.sub(value, text)
 
 
 def _page(root: Path, page: str) -> str:
@@ -604,8 +687,11 @@ def stale_regions(root: Path, pages: tuple[str, ...] = PAGES) -> list[str]:
     stale = []
     for page in pages:
         text = _page(root, page)
-        fresh = {m["name"]: m["body"] for m in REGION.finditer(render_page(text, root))}
+        rendered = render_page(text, root)
+        fresh = {m["name"]: m["body"] for m in REGION.finditer(rendered)}
         stale += [f"{page}: {m['name']}" for m in REGION.finditer(text) if fresh[m["name"]] != m["body"]]
+        stale += [f"{page}: value {old['name']} ({old['body']}, the files say {new['body']})"
+                  for old, new in zip(VALUE.finditer(text), VALUE.finditer(rendered)) if old["body"] != new["body"]]
     return stale
 
 
