@@ -590,7 +590,13 @@ NOISE = {"mini-1.0-default": SHIPPED / "noise_study",
          "mini-1.0-large": Path("benchmarks/results/mini-noise-first-pass-large/confirmatory"),
          "mini-1.1": GRAMMAR / "noise_study" / "confirmatory",
          "mini-1.1-h200": GRAMMAR / "noise_study" / "confirmatory-gpu",
-         "mini-1.1-h200-stock": GRAMMAR / "noise_study" / "confirmatory-stock-gpu"}
+         "mini-1.1-h200-stock": GRAMMAR / "noise_study" / "confirmatory-stock-gpu",
+         "mini-1.1-pilot": GRAMMAR / "noise_study" / "pilot",
+         "mini-1.0-large-pilot": Path("benchmarks/results/mini-noise-first-pass-large/pilot"),
+         "mini-1.0-first-pass-cpu": Path("benchmarks/results/mini-noise-first-pass/confirmatory-cpu"),
+         "mini-1.0-first-pass-stock-h100": Path("benchmarks/results/mini-noise-first-pass/confirmatory-stock-gpu"),
+         "mini-1.0-first-pass-stock-cpu": Path("benchmarks/results/mini-noise-first-pass/confirmatory-stock-cpu")}
+DISTILLATION = Path("benchmarks/results/mini-distillation-cpu")
 
 
 def _percent(value: float | None) -> str:
@@ -615,6 +621,15 @@ def _quality_values(root: Path) -> dict[str, str]:
         values[f"judge.{key}.word-pairs"] = f"{judged['word_pairs']:.2f}"
         values[f"judge.{key}.nll"] = f"{judged['sibling_nll']:.2f}"
     values["judge.mini-1.1.held-out.word-pairs"] = f"{scores['heldout_template']['word_pairs']:.2f}"
+    values["judge.mini-1.1.frequent-words"] = f"{_judge(root)['retrained on grammar']['frequent_word_share']:.2f}"
+    values["judge.references-grammar.frequent-words"] = \
+        f"{_judge(root)['references (grammar)']['frequent_word_share']:.2f}"
+    distilled = _json(root, DISTILLATION / "judge.json")["sets"]
+    for name, key in (("run 8 (shipped, H200)", "shipped"), ("run 8 + 300 steps own prose", "own"),
+                      ("run 8 + 300 steps distilled prose", "distilled"),
+                      ("run 8 + 300 steps distilled prose, seed 1", "distilled-seed-1")):
+        values[f"distillation.{key}.word-pairs"] = f"{distilled[name]['summary']['word_pairs']:.2f}"
+        values[f"distillation.{key}.nll"] = f"{distilled[name]['summary']['sibling_nll']:.2f}"
     return values
 
 
@@ -632,6 +647,7 @@ def _noise_values(root: Path) -> dict[str, str]:
             digits = 2 if abs(e["mean_difference"]) >= 0.1 else 3
             values[f"noise.{key}.{name}"] = f"{e['mean_difference']:+.{digits}f}" + (
                 f" [{e['ci'][0]:+.{digits}f}, {e['ci'][1]:+.{digits}f}]" if e["ci"] else "")
+            values[f"noise.{key}.{name}.sd"] = f"{e['sd']:.2f}"
         for name, means in report["class_means"].items():
             if "planted_logprob_boost" in means:
                 values[f"noise.{key}.boost.{name}"] = f"{means['planted_logprob_boost']:.2f}"
