@@ -661,6 +661,9 @@ def _order_values(root: Path) -> dict[str, str]:
         for regime, summary in metrics["regimes"].items():
             values[f"order.{key}.{regime}.tau"] = f"{summary['tau_b']:.2f}"
             values[f"order.{key}.{regime}.accuracy"] = _score(summary["accuracy"])
+            if summary["auroc"] is not None:
+                values[f"order.{key}.{regime}.auroc"] = f"{summary['auroc']:.2f}"
+                values[f"order.{key}.{regime}.auroc-skipped"] = f"{summary['auroc_ci_resamples_skipped']:,}"
     return values
 
 
