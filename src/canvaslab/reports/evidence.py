@@ -667,9 +667,27 @@ def _order_values(root: Path) -> dict[str, str]:
     return values
 
 
+SERVE = {"h100-6l": Path("benchmarks/results/h100-serve-load"), "h200-30l": Path("benchmarks/results/h200-serve-load-30l"),
+         "cpu-mini": Path("benchmarks/results/cpu-serve-load"), "cpu-tiny": Path("benchmarks/results/cpu-serve-load-tiny")}
+
+
+def _serve_values(root: Path) -> dict[str, str]:
+    """Per serve-load run and mode: probe answers differing from their answers alone, and the requests/s range."""
+    values = {}
+    for key, folder in SERVE.items():
+        for mode, run in _json(root, folder / "serve_load.json")["modes"].items():
+            levels = run["levels"]
+            rates = [level["requests_per_s"] for level in levels]
+            values[f"serve.{key}.{mode}.differing"] = (f"{sum(len(level['differing']) for level in levels)} of "
+                                                       f"{sum(level['probe_answers'] for level in levels)}")
+            digits = 2 if max(rates) < 2 else 1  # a CPU's rates below 2 requests/s need the second digit
+            values[f"serve.{key}.{mode}.requests"] = f"{min(rates):.{digits}f}-{max(rates):.{digits}f}"
+    return values
+
+
 def figures(root: Path) -> dict[str, str]:
     """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
-    return {**_quality_values(root), **_noise_values(root), **_order_values(root)}
+    return {**_quality_values(root), **_noise_values(root), **_order_values(root), **_serve_values(root)}
 
 
 VALUE = re.compile(r"(<!-- value:(?P<name>[a-z0-9.-]+) -->)(?P<body>.*?)(<!-- /value -->)")
