@@ -685,9 +685,19 @@ def _serve_values(root: Path) -> dict[str, str]:
     return values
 
 
+def _batch_values(root: Path) -> dict[str, str]:
+    """The stock batch-size study at real shapes: runs diverged, texts changed, passes matching."""
+    summary = _json(root, Path("benchmarks/results/h200-batch-study/h200_batch_study_real_shapes_6l_bf16.json"))[
+        "summary"]
+    return {"batch.h200.diverged": f"{summary['diverged']}/{summary['runs']}",
+            "batch.h200.text-changed": f"{summary['text_changed']}/{summary['runs']}",
+            "batch.h200.passes-matching": f"{summary['passes_matching']}/{summary['passes_total']}"}
+
+
 def figures(root: Path) -> dict[str, str]:
     """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
-    return {**_quality_values(root), **_noise_values(root), **_order_values(root), **_serve_values(root)}
+    return {**_quality_values(root), **_noise_values(root), **_order_values(root), **_serve_values(root),
+            **_batch_values(root)}
 
 
 VALUE = re.compile(r"(<!-- value:(?P<name>[a-z0-9.-]+) -->)(?P<body>.*?)(<!-- /value -->)")
