@@ -694,10 +694,35 @@ def _batch_values(root: Path) -> dict[str, str]:
             "batch.h200.passes-matching": f"{summary['passes_matching']}/{summary['passes_total']}"}
 
 
+TRAINING = {"mini-1.1": (GRAMMAR / "training.json", "diffusion"), "mini-1.0": (SHIPPED / "training.json", "diffusion"),
+            "mini-ar": (SHIPPED / "sibling" / "training.json", "autoregressive")}
+
+
+def _training_values(root: Path) -> dict[str, str]:
+    """Each training run's pool, parameters, clock, tokens and last step, from its ``training.json``."""
+    values = {}
+    for key, (path, model) in TRAINING.items():
+        training = _json(root, path)
+        run, last = training[model], training[model]["history"][-1]
+        values.update({f"training.{key}.pool-examples": f"{training['pool_examples']:,}",
+                       f"training.{key}.pool-tokens": f"{training['pool_tokens']:,}",
+                       f"training.{key}.parameters": f"{run['parameters']:,}",
+                       f"training.{key}.seconds": f"{run['train_seconds']:,.1f}",
+                       f"training.{key}.tokens": f"{last['tokens']:,}",
+                       f"training.{key}.skipped": f"{last['skipped_steps']}",
+                       f"training.{key}.loss": f"{last['loss']:.3f}"})
+        if "content_loss" in last:
+            values[f"training.{key}.content-loss"] = f"{last['content_loss']:.2f}"
+            values[f"training.{key}.content-accuracy"] = f"{last['content_accuracy']:.2f}"
+        for task, count in training["mixture_counts"].items():
+            values[f"training.{key}.examples.{task}"] = f"{count:,}"
+    return values
+
+
 def figures(root: Path) -> dict[str, str]:
     """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
     return {**_quality_values(root), **_noise_values(root), **_order_values(root), **_serve_values(root),
-            **_batch_values(root)}
+            **_batch_values(root), **_training_values(root)}
 
 
 VALUE = re.compile(r"(<!-- value:(?P<name>[a-z0-9.-]+) -->)(?P<body>.*?)(<!-- /value -->)")
