@@ -664,6 +664,8 @@ def _order_values(root: Path) -> dict[str, str]:
             if summary["auroc"] is not None:
                 values[f"order.{key}.{regime}.auroc"] = f"{summary['auroc']:.2f}"
                 values[f"order.{key}.{regime}.auroc-skipped"] = f"{summary['auroc_ci_resamples_skipped']:,}"
+            for third in summary.get("reliability") or ():
+                values[f"order.{key}.{regime}.right-in-third-{third['tertile']}"] = _percent(third["accuracy"])
     return values
 
 
@@ -716,6 +718,10 @@ def _training_values(root: Path) -> dict[str, str]:
             values[f"training.{key}.content-accuracy"] = f"{last['content_accuracy']:.2f}"
         for task, count in training["mixture_counts"].items():
             values[f"training.{key}.examples.{task}"] = f"{count:,}"
+    for key, folder in (("mini-1.1", GRAMMAR), ("mini-1.0", SHIPPED)):
+        counts = _json(root, folder / "noise_study" / "counts.json")
+        values[f"pool.{key}.ids-seen"] = f"{counts['ids_seen']:,}"
+        values[f"pool.{key}.unused-seen"] = f"{counts['unused_occurrences']:,} of the {counts['unused_ids']:,}"
     return values
 
 
