@@ -102,6 +102,13 @@ def test_a_figure_in_a_sentence_that_differs_from_its_file_is_named(tmp_path):
     assert old in (root / "docs/mini-model.md").read_text()
 
 
+def test_no_line_of_a_page_starts_with_a_figure_s_mark():
+    """A line that opens with an HTML comment starts an HTML block: it would cut its sentence in two on the site."""
+    for page in evidence.PAGES:
+        for number, line in enumerate((ROOT / page).read_text().splitlines(), 1):
+            assert not line.lstrip().startswith("<!-- value:"), f"{page}:{number}"
+
+
 def test_an_unknown_figure_is_one_clear_error():
     with pytest.raises(CanvaslabError, match="no figure named 'nope'"):
         evidence.render_page("<!-- value:nope -->1<!-- /value -->", ROOT)
