@@ -8,6 +8,7 @@ import pytest
 
 from canvaslab.errors import CanvaslabError
 from canvaslab.reports import evidence
+from canvaslab.reports.evidence import tables
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +19,7 @@ def test_every_page_s_evidence_regions_match_their_files():
 
 def test_every_renderer_has_a_region_on_some_page():
     used = {m["name"] for page in evidence.PAGES for m in evidence.REGION.finditer((ROOT / page).read_text())}
-    assert used == set(evidence.RENDERERS)
+    assert used == set(tables.RENDERERS)
 
 
 def _copy_with(tmp_path: Path, page: str, old: str, new: str) -> Path:
@@ -46,31 +47,31 @@ def _row(table: str, first_cell: str) -> str:
 
 
 def test_the_generated_tables_print_what_the_validity_rules_allow():
-    findings = evidence.order_mini_1_1(ROOT)
+    findings = tables.order_mini_1_1(ROOT)
     math = _row(findings, "math")
     assert "split share 18/19" in math and "1.00 (1 wrong answer)" in math and "[1.00, 1.00]" not in math
     assert "0.96 (3 right answers)" in findings and "[0.83" not in findings
     assert "0.37" in math  # the token-level block tau at bins of 64
-    assert "7 generations of 2 prompts | 0.135, no CI" in evidence.tau_mini_1_0(ROOT)
-    assert "two-sided p = 0.0045" in evidence.noise_mini_1_1(ROOT)
+    assert "7 generations of 2 prompts | 0.135, no CI" in tables.tau_mini_1_0(ROOT)
+    assert "two-sided p = 0.0045" in tables.noise_mini_1_1(ROOT)
 
 
 def test_a_block_tau_over_answers_that_span_two_bins_is_a_split_share_whatever_the_canvas():
     """Code answers span 2 bins of 16 of the 128-position canvas (8 bins): +1 or -1 each, not a block tau."""
-    code = _row(evidence.order_mini_1_1(ROOT), "code_synthesis")
+    code = _row(tables.order_mini_1_1(ROOT), "code_synthesis")
     assert "0.32 / 0.23 / split share 14/20 / - / -" in code
-    open_ended = _row(evidence.order_mini_1_0(ROOT), "open_ended")
+    open_ended = _row(tables.order_mini_1_0(ROOT), "open_ended")
     assert "-0.28 (11 of 93 over 2 bins)" in open_ended
 
 
 def test_an_auroc_whose_minority_comes_from_few_prompts_prints_no_interval():
-    math = _row(evidence.auroc_mini_1_0(ROOT), "math")
+    math = _row(tables.auroc_mini_1_0(ROOT), "math")
     assert "0.985, no CI" in math and "from 3 prompts" in math and "[0.957" not in math
-    assert "0.98 (7 wrong answers from 3 prompts)" in _row(evidence.order_mini_1_0(ROOT), "math")
+    assert "0.98 (7 wrong answers from 3 prompts)" in _row(tables.order_mini_1_0(ROOT), "math")
 
 
 def test_no_generated_table_sets_a_mini_value_beside_the_paper_s():
-    for name, render in evidence.RENDERERS.items():
+    for name, render in tables.RENDERERS.items():
         assert "paper" not in render(ROOT).lower() or name == "readme-mini-1.1", name
 
 
@@ -89,7 +90,7 @@ def test_each_generated_table_names_the_cell_that_drifted(tmp_path, page, old, n
 
 
 def test_the_targets_label_the_split_each_prose_score_comes_from():
-    targets = evidence.targets_mini_1_1(ROOT)
+    targets = tables.targets_mini_1_1(ROOT)
     assert "word pairs ≥ 0.90, in-template prompts | 0.877 (held-out 0.850)" in targets
     assert "held-out: not computed" in targets
 

@@ -1,50 +1,17 @@
-"""The docs' evidence tables, rendered from the result files under ``benchmarks/results/``.
-
-A page marks each generated region ``<!-- evidence:NAME -->`` ... ``<!-- /evidence -->``; ``render_page`` refills
-every region from its renderer, so a number on the page is the number in its file, printed through the validity
-rules (``canvaslab.analysis.validity``). The README is read on GitHub, so the regions are plain Markdown in the
-committed pages, and a test renders them again and fails on any difference.
-
-    python -m canvaslab.reports.evidence            # rewrite the regions of every page
-    python -m canvaslab.reports.evidence --check    # exit 1 and name the regions that differ from their files
-"""
+"""The generated tables: one renderer per ``<!-- evidence:NAME -->`` region, each printed by the validity rules."""
 
 from __future__ import annotations
 
-import argparse
-import gzip
-import json
-import re
 import statistics
-import sys
-from dataclasses import replace
-from functools import cache
 from pathlib import Path
 from typing import Any, Callable
 
 from canvaslab.analysis import validity
-from canvaslab.analysis.order_metrics import ONE_CALL, GenerationMeasures, measure_generation
-from canvaslab.errors import CanvaslabError
-from canvaslab.reports.readers.order_metrics import iter_traces
-
-PAGES = ("README.md", "docs/findings-mini.md", "docs/mini-model.md", "docs/mini.md", "docs/evidence.md",
-         "docs/commit-order-study.md", "docs/noise-study.md")
-REGION = re.compile(r"(<!-- evidence:(?P<name>[a-z0-9.-]+) -->\n)(?P<body>.*?)(<!-- /evidence -->)", re.DOTALL)
-GRAMMAR = Path("benchmarks/results/mini-grammar")
-SHIPPED = Path("benchmarks/results/mini")
-TASKS = (("add2", "2-digit sums"), ("add3", "3-digit sums"), ("add_mixed", "sums of two widths"),
-         ("word", "word problems"), ("fact", "facts"), ("json", "JSON (valid, the requested keys, types and values)"),
-         ("code", "code (passes its tests in the sandbox)"))
-BINS = ("4", "8", "16", "32", "64")
-
-
-@cache
-def _json(root: Path, relative: Path) -> Any:
-    path = root / relative
-    if not path.is_file():
-        raise CanvaslabError(f"evidence: {path} is missing")
-    return json.loads(path.read_text(encoding="utf-8"))
-
+from canvaslab.analysis.order_metrics import ONE_CALL
+from canvaslab.reports.evidence.sources import (
+    BINS, GRAMMAR, SCORED_BY, SHIPPED, TASKS, counted, judged_prose, measured_regimes, order_rulings, quality_1_0,
+    quality_1_1, result_file, score_text, split_1_0,
+)
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
@@ -54,64 +21,20 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def _accuracy(summary: dict[str, Any], baseline: dict[str, Any]) -> str:
     if summary["accuracy"] is None:
         return "-"
-    return f"{summary['accuracy']:.2f} ({_score((baseline or {}).get('accuracy'))})"
-
-
-def _count(n: int, name: str) -> str:
-    return f"{n:,} {name}{'' if n == 1 else 's'}"
-
-
-def _score(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-# ---------------------------------------------------------------- mini 1.1.0 quality
-
-
-def _quality_1_1(root: Path) -> dict[str, dict[str, float | None]]:
-    """Per split, task -> accuracy (code from the sandboxed CPU run), and the prose judge's figures."""
-    gpu, code = _json(root, GRAMMAR / "quality_gpu.json"), _json(root, GRAMMAR / "quality_code.json")
-    scores: dict[str, dict[str, float | None]] = {}
-    for split in ("in_template", "heldout_template"):
-        summary = {**gpu[split]["summary"]["diffusion"], **code[split]["summary"]["diffusion"]}
-        scores[split] = {task: summary[task]["accuracy"] if task in summary else None for task, _ in TASKS}
-        scores[split]["median_calls"] = {task: values["median_accept_calls"] for task, values in summary.items()}
-        scores[split]["word_pairs"] = summary["prose"]["english_bigram_share"]
-        scores[split]["frequent_words"] = summary["prose"]["frequent_word_share"]
-        scores[split]["reference_frequent_words"] = summary["prose"]["reference_frequent_word_share"]
-        prose = [answer for answer in gpu[split]["answers"]["diffusion"] if answer["task"] == "prose"]
-        scores[split]["prose_ended"] = (sum(answer["eos_position"] is not None for answer in prose), len(prose))
-    return scores
-
-
-def _judge(root: Path) -> dict[str, dict[str, float]]:
-    return {name: entry["summary"] for name, entry in _json(root, GRAMMAR / "judge.json")["sets"].items()}
+    return f"{summary['accuracy']:.2f} ({score_text((baseline or {}).get('accuracy'))})"
 
 
 def quality_mini_1_1(root: Path) -> str:
     """``mini`` 1.1.0, in-template and held-out templates, 100 prompts per task and split."""
-    scores, judge = _quality_1_1(root), _judge(root)
-    rows = [[label, _score(scores["in_template"][task]), _score(scores["heldout_template"][task])]
+    scores, judge = quality_1_1(root), judged_prose(root)
+    rows = [[label, score_text(scores["in_template"][task]), score_text(scores["heldout_template"][task])]
             for task, label in TASKS]
-    rows.append(["prose: English word pairs", _score(scores["in_template"]["word_pairs"]),
-                 _score(scores["heldout_template"]["word_pairs"])])
+    rows.append(["prose: English word pairs", score_text(scores["in_template"]["word_pairs"]),
+                 score_text(scores["heldout_template"]["word_pairs"])])
     rows.append(["prose: the sibling's NLL, nats per token (references)",
                  f"{judge['retrained on grammar']['sibling_nll']:.2f} ({judge['references (grammar)']['sibling_nll']:.2f})",
                  "not computed"])
     return _table(["task (`mini` 1.1.0, 100 prompts each)", "in-template", "held-out templates"], rows)
-
-
-HELDOUT = Path("benchmarks/results/mini-heldout-templates")
-SCORED_BY = {"add2": "the last number is the sum", "add3": "the last number is the sum",
-             "word": "the last number is the answer", "fact": "the value, as a whole word",
-             "json": "valid, the schema's keys and types, the requested values",
-             "code": "the function passes its 5 tests in the sandbox"}
-
-
-def _split_1_0(root: Path, model: str, split: str) -> dict[str, dict[str, Any]]:
-    """``mini`` 1.0.0's or ``mini-ar``'s summary on one split of the 50-prompt CPU evaluation."""
-    folder = _json(root, HELDOUT / f"quality_{model}.json")
-    return next(iter(folder[split]["summary"].values()))
 
 
 def _with_n(summary: dict[str, Any], key: str = "accuracy") -> str:
@@ -120,13 +43,13 @@ def _with_n(summary: dict[str, Any], key: str = "accuracy") -> str:
 
 def evaluation_mini_1_1(root: Path) -> str:
     """The model card's 1.1.0 table: both splits, median accept calls, and 1.0.0 and ``mini-ar`` held out."""
-    scores = _quality_1_1(root)
-    old, sibling = _split_1_0(root, "mini", "heldout_template"), _split_1_0(root, "mini-ar", "heldout_template")
-    rows = [[label, _score(scores["in_template"][task]), _score(scores["heldout_template"][task]),
+    scores = quality_1_1(root)
+    old, sibling = split_1_0(root, "mini", "heldout_template"), split_1_0(root, "mini-ar", "heldout_template")
+    rows = [[label, score_text(scores["in_template"][task]), score_text(scores["heldout_template"][task]),
              f"{scores['heldout_template']['median_calls'][task]:g}", _with_n(old[task]), _with_n(sibling[task])]
             for task, label in TASKS]
-    rows.append(["prose: English word pairs", _score(scores["in_template"]["word_pairs"]),
-                 _score(scores["heldout_template"]["word_pairs"]),
+    rows.append(["prose: English word pairs", score_text(scores["in_template"]["word_pairs"]),
+                 score_text(scores["heldout_template"]["word_pairs"]),
                  f"{scores['heldout_template']['median_calls']['prose']:g}",
                  _with_n(old["prose"], "english_bigram_share"), _with_n(sibling["prose"], "english_bigram_share")])
     return _table(["task", "in-template", "held-out template", "median accept calls (held-out)",
@@ -135,14 +58,14 @@ def evaluation_mini_1_1(root: Path) -> str:
 
 def heldout_mini_1_0(root: Path) -> str:
     """``mini`` 1.0.0 and ``mini-ar`` on held-out templates (CPU, float32)."""
-    old, sibling = _split_1_0(root, "mini", "heldout_template"), _split_1_0(root, "mini-ar", "heldout_template")
+    old, sibling = split_1_0(root, "mini", "heldout_template"), split_1_0(root, "mini-ar", "heldout_template")
     return _table(["task (held-out templates)", "`mini` 1.0.0", "`mini-ar`"],
                   [[label.split(" (")[0], _with_n(old[task]), _with_n(sibling[task])] for task, label in TASKS])
 
 
 def splits_mini_1_0(root: Path) -> str:
     """``mini`` 1.0.0 and ``mini-ar``, in-template beside held-out template, from the same CPU evaluation."""
-    columns = [_split_1_0(root, model, split) for model in ("mini", "mini-ar")
+    columns = [split_1_0(root, model, split) for model in ("mini", "mini-ar")
                for split in ("in_template", "heldout_template")]
     rows = [[label.split(" (")[0]] + [_with_n(c.get(task)) for c in columns] for task, label in TASKS]
     rows.append(["prose: English word pairs"] + [_with_n(c["prose"], "english_bigram_share") for c in columns])
@@ -150,46 +73,35 @@ def splits_mini_1_0(root: Path) -> str:
                    "`mini-ar` held-out template"], rows)
 
 
-def _quality_1_0(root: Path, model: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``mini`` 1.0.0's (``diffusion``) or ``mini-ar``'s (``autoregressive``) in-template summary and answers."""
-    folder = SHIPPED if model == "diffusion" else SHIPPED / "sibling"
-    summary, answers = {}, []
-    for name in (f"quality_{model}_add2_add3_word_fact_json_prose.json", f"quality_{model}_code.json"):
-        quality = _json(root, folder / name)
-        summary.update(quality[model])
-        answers += quality["answers"][model]
-    return summary, answers
-
-
 def quality_mini_1_0(root: Path) -> str:
     """``mini`` 1.0.0 and ``mini-ar`` on 100 in-template held-out prompts per task."""
-    (mini, answers), (sibling, _) = _quality_1_0(root, "diffusion"), _quality_1_0(root, "autoregressive")
+    (mini, answers), (sibling, _) = quality_1_0(root, "diffusion"), quality_1_0(root, "autoregressive")
     words = [a for a in answers if a["task"] == "word"]
     rows = []
     for task, label in TASKS:
         if task not in SCORED_BY:
             continue
-        cell = _score(mini[task]["accuracy"])
+        cell = score_text(mini[task]["accuracy"])
         if task == "word":
             cell += " ({})".format(", ".join(
                 f"{name} {sum(a['score'] for a in words if sign in a['text'])} of "
                 f"{sum(sign in a['text'] for a in words)}" for name, sign in (("additions", " + "),
                                                                              ("subtractions", " - "))))
         rows.append([label.split(" (")[0], SCORED_BY[task], cell, f"{mini[task]['median_accept_calls']:g}",
-                     _score(sibling[task]["accuracy"])])
+                     score_text(sibling[task]["accuracy"])])
     return _table(["task", "scored by", "`mini` 1.0.0", "median accept calls", "`mini-ar`"], rows)
 
 
 def sibling_mini_1_0(root: Path) -> str:
     """The findings' accuracy beside the sibling: ``mini`` 1.0.0, ``mini-ar`` and the references, in-template."""
-    judge = _judge(root)
-    (mini, _), (sibling, _) = _quality_1_0(root, "diffusion"), _quality_1_0(root, "autoregressive")
+    judge = judged_prose(root)
+    (mini, _), (sibling, _) = quality_1_0(root, "diffusion"), quality_1_0(root, "autoregressive")
     tasks = [(task, label.split(" (")[0]) for task, label in TASKS if task in SCORED_BY]
 
     def prose(name: str) -> str:
         return f"{judge[name]['word_pairs']:.3f}, {judge[name]['sibling_nll']:.2f}"
-    rows = [["`mini` 1.0.0"] + [_score(mini[t]["accuracy"]) for t, _ in tasks] + [prose("shipped")],
-            ["`mini-ar` (greedy)"] + [_score(sibling[t]["accuracy"]) for t, _ in tasks]
+    rows = [["`mini` 1.0.0"] + [score_text(mini[t]["accuracy"]) for t, _ in tasks] + [prose("shipped")],
+            ["`mini-ar` (greedy)"] + [score_text(sibling[t]["accuracy"]) for t, _ in tasks]
             + [prose("sibling greedy") + " (its own answers)"],
             ["the passages' own continuations"] + [""] * len(tasks) + [prose("references")]]
     return _table([""] + [label for _, label in tasks] + ["prose: word pairs, sibling NLL (nats)"], rows)
@@ -204,11 +116,11 @@ JUDGED = (("references", "the passages' own continuations"), ("shipped", "`mini`
 
 def _prose_ended(root: Path) -> dict[str, str]:
     """How the two ``mini`` versions' in-template prose answers end, each in its own terms."""
-    _, answers = _quality_1_0(root, "diffusion")
+    _, answers = quality_1_0(root, "diffusion")
     prose = [a for a in answers if a["task"] == "prose"]
-    budget = _json(root, SHIPPED / "quality_diffusion_add2_add3_word_fact_json_prose.json")["generation"][
+    budget = result_file(root, SHIPPED / "quality_diffusion_add2_add3_word_fact_json_prose.json")["generation"][
         "max_denoising_steps"]
-    ended, total = _quality_1_1(root)["in_template"]["prose_ended"]
+    ended, total = quality_1_1(root)["in_template"]["prose_ended"]
     return {"shipped": f"{sum(a['passes'] < budget for a in prose)} of {len(prose)} stop before the {budget}-pass "
                        "budget",
             "retrained on grammar": f"{ended} of {total} close with the end-of-turn token"}
@@ -216,7 +128,7 @@ def _prose_ended(root: Path) -> dict[str, str]:
 
 def prose_judge(root: Path) -> str:
     """The prose judge's measures of every answer set, on the 100 in-template held-out prose prompts."""
-    judge, ended = _judge(root), _prose_ended(root)
+    judge, ended = judged_prose(root), _prose_ended(root)
     rows = [[label, f"{judge[name]['word_share']:.3f}", f"{judge[name]['word_pairs']:.3f}",
              f"{judge[name]['sibling_nll']:.2f}", f"{judge[name]['frequent_word_share']:.3f}",
              f"{judge[name]['words']:g}", ended.get(name, "-")] for name, label in JUDGED]
@@ -263,67 +175,12 @@ TARGETS = (  # (target, how it is read from the files, why not when missed)
 
 def targets_mini_1_1(root: Path) -> str:
     """The model card's targets for 1.1.0, each read from its file and labelled with the split it was met on."""
-    scores, judge = _quality_1_1(root), _judge(root)
+    scores, judge = quality_1_1(root), judged_prose(root)
     rows = []
     for target, met, shown, why in TARGETS:
         hit = met(scores, judge)
         rows.append([target, shown(scores, judge), "yes" if hit else "no", "" if hit else why])
     return _table(["target", "`mini` 1.1.0", "met?", "why not"], rows)
-
-
-# ---------------------------------------------------------------- commit order
-
-
-@cache
-def _measured(folder: Path) -> tuple[GenerationMeasures, ...]:
-    """Every generation of a study's traces, measured by the study's own definitions (read once per folder)."""
-    return tuple(measure_generation(trace) for trace in iter_traces(sorted(folder.glob("traces*.jsonl.gz"))))
-
-
-def _generations(root: Path, folder: Path) -> dict[str, list[GenerationMeasures]]:
-    """Per regime, in the order of the traces, the measured generations of a study folder."""
-    regimes: dict[str, list[GenerationMeasures]] = {}
-    for measures in _measured((root / folder).resolve()):
-        regimes.setdefault(measures.regime, []).append(measures)
-    return regimes
-
-
-def _block_support(rows: list[GenerationMeasures], size: int, support: validity.Support) -> validity.Support:
-    """A bin-level block tau's support from its traces: prompts, and the bins its generations' answers occupy."""
-    spans = [(m.prompt_id, m.block_bins[size]) for m in rows if m.block_tau[size] is not None]
-    if not spans:
-        return support
-    return replace(support, clusters=len({prompt for prompt, _ in spans}), bins=min(b for _, b in spans),
-                   narrow=sum(b < validity.MIN_BINS for _, b in spans))
-
-
-def _order(root: Path, folder: Path) -> tuple[dict[str, Any], dict[str, dict[str, tuple]]]:
-    """The study's metrics, and each statistic's ruling from the counts its traces give.
-
-    Files written before the validity rules hold no per-measure prompt counts (with several seeds per prompt the
-    count of generations does not give them) nor the prompts of the AUROC's minority class: both are read back
-    from the traces.
-    """
-    metrics = _json(root, folder / "order_metrics.json")
-    generations = _generations(root, folder)
-    rulings = {}
-    for regime, summary in metrics["regimes"].items():
-        rows = generations[regime]
-        canvas = rows[0].canvas_length
-        ruled = validity.regime_rulings({"canvas_length": canvas, **summary}, metrics["n_bootstrap"])
-        tau = replace(ruled["tau_b"][1], clusters=len({m.prompt_id for m in rows if m.tau_b is not None}))
-        ruled["tau_b"] = (validity.rule(tau, canvas_length=canvas), tau)
-        for size in map(int, BINS):
-            block = _block_support(rows, size, ruled[f"block_tau_{size}"][1])
-            ruled[f"block_tau_{size}"] = (validity.rule(block, canvas_length=canvas, bin_size=size), block)
-        if "auroc" in ruled:
-            auroc = ruled["auroc"][1]
-            minority_correct = auroc.minority_name == "right answer"
-            auroc = replace(auroc, minority_clusters=len({m.prompt_id for m in rows
-                                                          if m.correct is not None and m.correct == minority_correct}))
-            ruled["auroc"] = (validity.rule(auroc, canvas_length=canvas), auroc)
-        rulings[regime] = ruled
-    return metrics, rulings
 
 
 def _block(summary: dict[str, Any], rulings: dict[str, tuple], kind: str) -> str:
@@ -343,13 +200,13 @@ def _auroc(summary: dict[str, Any], rulings: dict[str, tuple]) -> str:
     ruling, support = rulings["auroc"]
     text = validity.format_value(summary["auroc"], summary["auroc_ci"], ruling, 2)
     prompts = "" if support.minority_clusters in (None, support.minority) else \
-        f" from {_count(support.minority_clusters, 'prompt')}"
-    return text + f" ({_count(support.minority, support.minority_name)}{prompts})"
+        f" from {counted(support.minority_clusters, 'prompt')}"
+    return text + f" ({counted(support.minority, support.minority_name)}{prompts})"
 
 
 def _order_table(root: Path, folder: Path) -> str:
     """A study's commit order per regime: tau_b, block tau (bin level, token level), accuracy, AUROC."""
-    metrics, rulings = _order(root, folder)
+    metrics, rulings = order_rulings(root, folder)
     baseline = metrics["baseline"]["regimes"]
     rows = []
     for regime, s in metrics["regimes"].items():
@@ -373,7 +230,7 @@ def order_mini_1_0(root: Path) -> str:
 
 
 def _commit_rows(root: Path, folder: Path) -> str:
-    metrics = _json(root, folder / "order_metrics.json")
+    metrics = result_file(root, folder / "order_metrics.json")
     baseline = metrics["baseline"]["regimes"]
     budgets = {s["accept_calls"]["budget"] for s in metrics["regimes"].values()}
     rows = []
@@ -404,8 +261,8 @@ def _without_interval(value: float, ci: list[float] | None, ruling: validity.Rul
 
 def tau_mini_1_0(root: Path) -> str:
     """``mini`` 1.0.0's tau_b with what it rests on: answer lengths, one-call answers, generations and prompts."""
-    metrics, rulings = _order(root, SHIPPED / "order_study_cpu")
-    generations = _generations(root, SHIPPED / "order_study_cpu")
+    metrics, rulings = order_rulings(root, SHIPPED / "order_study_cpu")
+    generations = measured_regimes(root, SHIPPED / "order_study_cpu")
     rows = []
     for regime, s in metrics["regimes"].items():
         measured = generations[regime]
@@ -414,7 +271,7 @@ def tau_mini_1_0(root: Path) -> str:
         ruling, support = rulings[regime]["tau_b"]
         rows.append([regime, f"{statistics.median(m.content_positions for m in measured):g}",
                      f"{one_call} of {len(measured)}",
-                     f"{_count(len(defined), 'generation')} of {_count(support.clusters, 'prompt')}",
+                     f"{counted(len(defined), 'generation')} of {counted(support.clusters, 'prompt')}",
                      _without_interval(s["tau_b"], s["tau_b_ci"], ruling)])
     return _table(["regime (`mini` 1.0.0)", "content tokens (median)", "committed in one call", "tau_b defined for",
                    "tau_b [95% CI]"], rows)
@@ -422,8 +279,8 @@ def tau_mini_1_0(root: Path) -> str:
 
 def auroc_mini_1_0(root: Path) -> str:
     """``mini`` 1.0.0: does commit entropy rank wrong answers below right ones, and on how many wrong answers."""
-    metrics, rulings = _order(root, SHIPPED / "order_study_cpu")
-    generations = _generations(root, SHIPPED / "order_study_cpu")
+    metrics, rulings = order_rulings(root, SHIPPED / "order_study_cpu")
+    generations = measured_regimes(root, SHIPPED / "order_study_cpu")
     rows = []
     for regime, s in metrics["regimes"].items():
         if s["accuracy"] is None:
@@ -439,7 +296,7 @@ def auroc_mini_1_0(root: Path) -> str:
             why = "; ".join(ruling.flags) or "-"
         wrong_prompts = len({m.prompt_id for m in wrong})
         rows.append([regime, auroc, f"{len(wrong)} of {len(scored)} generations"
-                     + (f", from {_count(wrong_prompts, 'prompt')}" if wrong else ""), why])
+                     + (f", from {counted(wrong_prompts, 'prompt')}" if wrong else ""), why])
     pooled = metrics["pooled_auroc"]
     rows.append(["pooled (a diagnostic)", f"{pooled['value']:.3f} ({pooled['n']} generations); Simpson flag "
                  f"{'raised' if pooled['simpson_prone'] else 'not raised'}", "-", "-"])
@@ -447,12 +304,9 @@ def auroc_mini_1_0(root: Path) -> str:
                    "why no interval"], rows)
 
 
-# ---------------------------------------------------------------- noise study
-
-
 def noise_mini_1_1(root: Path) -> str:
     """The noise study's run of record on ``mini`` 1.1.0: the primary outcome's two comparisons, flagged."""
-    report = _json(root, GRAMMAR / "noise_study" / "confirmatory" / "noise_study.json")
+    report = result_file(root, GRAMMAR / "noise_study" / "confirmatory" / "noise_study.json")
     rows = []
     for e in (e for e in report["effects"] if e["primary"]):
         flags = e["flags"] if "flags" in e else validity.effect_flags(e, e.get("unit", "pair"))
@@ -465,7 +319,7 @@ def noise_mini_1_1(root: Path) -> str:
 
 def noise_mini_1_0(root: Path) -> str:
     """The noise study's default design on ``mini`` 1.0.0 (H200): every outcome's two comparisons, the answer."""
-    report = _json(root, SHIPPED / "noise_study" / "noise_study.json")
+    report = result_file(root, SHIPPED / "noise_study" / "noise_study.json")
     rows = []
     for e in sorted(report["effects"], key=lambda e: (e["comparison"], not e["primary"])):
         ci = f"[{e['ci'][0]:+.4f}, {e['ci'][1]:+.4f}]" if validity.effect_interval_allowed(e) and e["ci"] else "-"
@@ -485,14 +339,14 @@ def noise_mini_1_0(root: Path) -> str:
 
 def readme_mini_1_1(root: Path) -> str:
     """The README's rows for the installed ``mini`` 1.1.0: quality, commit order, noise study."""
-    scores, judge = _quality_1_1(root), _judge(root)
+    scores, judge = quality_1_1(root), judged_prose(root)
     held, inside = scores["heldout_template"], scores["in_template"]
     quality = (", ".join(f"{label.split(' (')[0]} {held[task]:.2f}" for task, label in TASKS)
                + f"; prose word pairs {held['word_pairs']:.2f} (no NLL computed on held-out prompts); in-template "
                f"prose: word pairs {inside['word_pairs']:.2f}, the sibling's NLL "
                f"{judge['retrained on grammar']['sibling_nll']:.2f} nats (references "
                f"{judge['references (grammar)']['sibling_nll']:.2f})")
-    metrics, rulings = _order(root, GRAMMAR / "order_study_cpu")
+    metrics, rulings = order_rulings(root, GRAMMAR / "order_study_cpu")
     math = metrics["regimes"]["math"]
     ruling, support = rulings["math"]["tau_b"]
     tau = validity.format_value(math["tau_b"], math["tau_b_ci"], ruling, 2, support)
@@ -500,7 +354,7 @@ def readme_mini_1_1(root: Path) -> str:
              f"4 to 64: the canvas holds 128 positions, so bins of 64 give 2 bins, a split share, and no value is set "
              f"beside the paper's 256-position canvas); AUROC math {_auroc(math, rulings['math'])}, no interval; "
              f"facts {metrics['regimes']['factual']['tau_b']:.2f}, prose {metrics['regimes']['open_ended']['tau_b']:.2f}")
-    report = _json(root, GRAMMAR / "noise_study" / "confirmatory" / "noise_study.json")
+    report = result_file(root, GRAMMAR / "noise_study" / "confirmatory" / "noise_study.json")
     primary = {e["comparison"]: e for e in report["effects"] if e["primary"]}
     random_, rare = primary["unused - random"], primary["unused - rare"]
     means = report["class_means"]
@@ -536,16 +390,16 @@ def _noise_primary(report: dict[str, Any]) -> str:
 
 def readme_earlier(root: Path) -> str:
     """The README's rows for ``mini`` 1.0.0 and the CPU costs, each from its folder."""
-    (mini, answers), (sibling, _) = _quality_1_0(root, "diffusion"), _quality_1_0(root, "autoregressive")
-    judge = _judge(root)
+    (mini, answers), (sibling, _) = quality_1_0(root, "diffusion"), quality_1_0(root, "autoregressive")
+    judge = judged_prose(root)
     tasks = [(task, label.split(" (")[0]) for task, label in TASKS if task in SCORED_BY]
     quality = (", ".join(f"{label} {mini[task]['accuracy']:.2f}" for task, label in tasks)
                + f"; prose word pairs {judge['shipped']['word_pairs']:.2f}, not English; `mini-ar`: "
                + ", ".join(f"{sibling[task]['accuracy']:.2f}" for task, _ in tasks)
                + f", prose {judge['sibling greedy']['word_pairs']:.2f}")
-    large = _json(root, Path("benchmarks/results/mini-noise-first-pass-large/confirmatory/noise_study.json"))
-    sandbox = _json(root, Path("benchmarks/results/cpu-sandbox-overhead/cpu_sandbox_overhead.json"))
-    engine = _json(root, Path("benchmarks/results/cpu-engine-ray-scaling/cpu_engine_ray_scaling_tiny_idle.json"))
+    large = result_file(root, Path("benchmarks/results/mini-noise-first-pass-large/confirmatory/noise_study.json"))
+    sandbox = result_file(root, Path("benchmarks/results/cpu-sandbox-overhead/cpu_sandbox_overhead.json"))
+    engine = result_file(root, Path("benchmarks/results/cpu-engine-ray-scaling/cpu_engine_ray_scaling_tiny_idle.json"))
     walls = {name: result["wall_s"] for name, result in engine["results"].items()}
     rows = [[f"`mini` 1.0.0 (the previous weights), {mini['add2']['n']} in-template held-out prompts per task",
              quality, "`benchmarks/results/mini/`"],
@@ -581,215 +435,3 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "noise-mini-1.1": noise_mini_1_1,
     "noise-mini-1.0": noise_mini_1_0,
 }
-
-
-# ---------------------------------------------------------------- figures inside a sentence
-
-NOISE = {"mini-1.0-default": SHIPPED / "noise_study",
-         "mini-1.0-first-pass": Path("benchmarks/results/mini-noise-first-pass/confirmatory"),
-         "mini-1.0-large": Path("benchmarks/results/mini-noise-first-pass-large/confirmatory"),
-         "mini-1.1": GRAMMAR / "noise_study" / "confirmatory",
-         "mini-1.1-h200": GRAMMAR / "noise_study" / "confirmatory-gpu",
-         "mini-1.1-h200-stock": GRAMMAR / "noise_study" / "confirmatory-stock-gpu",
-         "mini-1.1-pilot": GRAMMAR / "noise_study" / "pilot",
-         "mini-1.0-large-pilot": Path("benchmarks/results/mini-noise-first-pass-large/pilot"),
-         "mini-1.0-first-pass-cpu": Path("benchmarks/results/mini-noise-first-pass/confirmatory-cpu"),
-         "mini-1.0-first-pass-stock-h100": Path("benchmarks/results/mini-noise-first-pass/confirmatory-stock-gpu"),
-         "mini-1.0-first-pass-stock-cpu": Path("benchmarks/results/mini-noise-first-pass/confirmatory-stock-cpu")}
-DISTILLATION = Path("benchmarks/results/mini-distillation-cpu")
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
-
-
-def _quality_values(root: Path) -> dict[str, str]:
-    scores = _quality_1_1(root)
-    (mini, _), (sibling, _) = _quality_1_0(root, "diffusion"), _quality_1_0(root, "autoregressive")
-    values = {}
-    for task, _ in TASKS:
-        values[f"mini-1.1.in.{task}"] = _percent(scores["in_template"][task])
-        values[f"mini-1.1.heldout.{task}"] = _percent(scores["heldout_template"][task])
-        values[f"mini-1.0.heldout.{task}"] = _percent(_split_1_0(root, "mini", "heldout_template")[task]["accuracy"])
-        values[f"mini-ar.heldout.{task}"] = _percent(_split_1_0(root, "mini-ar", "heldout_template")[task]["accuracy"])
-        if task in mini:
-            values[f"mini-1.0.in.{task}"] = _percent(mini[task]["accuracy"])
-            values[f"mini-ar.in.{task}"] = _percent(sibling[task]["accuracy"])
-    for name, key in (("shipped", "mini-1.0"), ("retrained on grammar", "mini-1.1"), ("references", "references"),
-                      ("references (grammar)", "references-grammar"), ("sibling greedy", "mini-ar")):
-        judged = _judge(root)[name]
-        values[f"judge.{key}.word-pairs"] = f"{judged['word_pairs']:.2f}"
-        values[f"judge.{key}.nll"] = f"{judged['sibling_nll']:.2f}"
-    values["judge.mini-1.1.held-out.word-pairs"] = f"{scores['heldout_template']['word_pairs']:.2f}"
-    values["judge.mini-1.1.frequent-words"] = f"{_judge(root)['retrained on grammar']['frequent_word_share']:.2f}"
-    values["judge.references-grammar.frequent-words"] = \
-        f"{_judge(root)['references (grammar)']['frequent_word_share']:.2f}"
-    distilled = _json(root, DISTILLATION / "judge.json")["sets"]
-    for name, key in (("run 8 (shipped, H200)", "shipped"), ("run 8 + 300 steps own prose", "own"),
-                      ("run 8 + 300 steps distilled prose", "distilled"),
-                      ("run 8 + 300 steps distilled prose, seed 1", "distilled-seed-1")):
-        values[f"distillation.{key}.word-pairs"] = f"{distilled[name]['summary']['word_pairs']:.2f}"
-        values[f"distillation.{key}.nll"] = f"{distilled[name]['summary']['sibling_nll']:.2f}"
-    return values
-
-
-def _noise_values(root: Path) -> dict[str, str]:
-    """Per noise-study run: each primary comparison as ``mean [low, high]`` in nats, the answer, the boosts."""
-    values = {}
-    for key, folder in NOISE.items():
-        report = _json(root, folder / "noise_study.json")
-        values[f"noise.{key}.answer"] = report["conclusion"]["answer"]
-        if "prompts" in report:
-            values[f"noise.{key}.prompts"] = str(report["prompts"])
-        values[f"noise.{key}.safeguard"] = f"{report['safeguard']['fired']}/{report['safeguard']['compared']}"
-        for e in (e for e in report["effects"] if e["primary"]):
-            name = e["comparison"].split(" - ")[1]
-            digits = 2 if abs(e["mean_difference"]) >= 0.1 else 3
-            values[f"noise.{key}.{name}"] = f"{e['mean_difference']:+.{digits}f}" + (
-                f" [{e['ci'][0]:+.{digits}f}, {e['ci'][1]:+.{digits}f}]" if e["ci"] else "")
-            values[f"noise.{key}.{name}.sd"] = f"{e['sd']:.2f}"
-        for name, means in report["class_means"].items():
-            if "planted_logprob_boost" in means:
-                values[f"noise.{key}.boost.{name}"] = f"{means['planted_logprob_boost']:.2f}"
-    return values
-
-
-def _order_values(root: Path) -> dict[str, str]:
-    values = {}
-    for key, folder in (("mini-1.1", GRAMMAR), ("mini-1.0", SHIPPED)):
-        metrics = _json(root, folder / "order_study_cpu" / "order_metrics.json")
-        for regime, summary in metrics["regimes"].items():
-            values[f"order.{key}.{regime}.tau"] = f"{summary['tau_b']:.2f}"
-            values[f"order.{key}.{regime}.accuracy"] = _score(summary["accuracy"])
-            if summary["auroc"] is not None:
-                values[f"order.{key}.{regime}.auroc"] = f"{summary['auroc']:.2f}"
-                values[f"order.{key}.{regime}.auroc-skipped"] = f"{summary['auroc_ci_resamples_skipped']:,}"
-            for third in summary.get("reliability") or ():
-                values[f"order.{key}.{regime}.right-in-third-{third['tertile']}"] = _percent(third["accuracy"])
-    return values
-
-
-SERVE = {"h100-6l": Path("benchmarks/results/h100-serve-load"), "h200-30l": Path("benchmarks/results/h200-serve-load-30l"),
-         "cpu-mini": Path("benchmarks/results/cpu-serve-load"), "cpu-tiny": Path("benchmarks/results/cpu-serve-load-tiny")}
-
-
-def _serve_values(root: Path) -> dict[str, str]:
-    """Per serve-load run and mode: probe answers differing from their answers alone, and the requests/s range."""
-    values = {}
-    for key, folder in SERVE.items():
-        for mode, run in _json(root, folder / "serve_load.json")["modes"].items():
-            levels = run["levels"]
-            rates = [level["requests_per_s"] for level in levels]
-            values[f"serve.{key}.{mode}.differing"] = (f"{sum(len(level['differing']) for level in levels)} of "
-                                                       f"{sum(level['probe_answers'] for level in levels)}")
-            digits = 2 if max(rates) < 2 else 1  # a CPU's rates below 2 requests/s need the second digit
-            values[f"serve.{key}.{mode}.requests"] = f"{min(rates):.{digits}f}-{max(rates):.{digits}f}"
-    return values
-
-
-def _batch_values(root: Path) -> dict[str, str]:
-    """The stock batch-size study at real shapes: runs diverged, texts changed, passes matching."""
-    summary = _json(root, Path("benchmarks/results/h200-batch-study/h200_batch_study_real_shapes_6l_bf16.json"))[
-        "summary"]
-    return {"batch.h200.diverged": f"{summary['diverged']}/{summary['runs']}",
-            "batch.h200.text-changed": f"{summary['text_changed']}/{summary['runs']}",
-            "batch.h200.passes-matching": f"{summary['passes_matching']}/{summary['passes_total']}"}
-
-
-TRAINING = {"mini-1.1": (GRAMMAR / "training.json", "diffusion"), "mini-1.0": (SHIPPED / "training.json", "diffusion"),
-            "mini-ar": (SHIPPED / "sibling" / "training.json", "autoregressive")}
-
-
-def _training_values(root: Path) -> dict[str, str]:
-    """Each training run's pool, parameters, clock, tokens and last step, from its ``training.json``."""
-    values = {}
-    for key, (path, model) in TRAINING.items():
-        training = _json(root, path)
-        run, last = training[model], training[model]["history"][-1]
-        values.update({f"training.{key}.pool-examples": f"{training['pool_examples']:,}",
-                       f"training.{key}.pool-tokens": f"{training['pool_tokens']:,}",
-                       f"training.{key}.parameters": f"{run['parameters']:,}",
-                       f"training.{key}.seconds": f"{run['train_seconds']:,.1f}",
-                       f"training.{key}.tokens": f"{last['tokens']:,}",
-                       f"training.{key}.skipped": f"{last['skipped_steps']}",
-                       f"training.{key}.loss": f"{last['loss']:.3f}"})
-        if "content_loss" in last:
-            values[f"training.{key}.content-loss"] = f"{last['content_loss']:.2f}"
-            values[f"training.{key}.content-accuracy"] = f"{last['content_accuracy']:.2f}"
-        for task, count in training["mixture_counts"].items():
-            values[f"training.{key}.examples.{task}"] = f"{count:,}"
-    for key, folder in (("mini-1.1", GRAMMAR), ("mini-1.0", SHIPPED)):
-        counts = _json(root, folder / "noise_study" / "counts.json")
-        values[f"pool.{key}.ids-seen"] = f"{counts['ids_seen']:,}"
-        values[f"pool.{key}.unused-seen"] = f"{counts['unused_occurrences']:,} of the {counts['unused_ids']:,}"
-    return values
-
-
-def figures(root: Path) -> dict[str, str]:
-    """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
-    return {**_quality_values(root), **_noise_values(root), **_order_values(root), **_serve_values(root),
-            **_batch_values(root), **_training_values(root)}
-
-
-VALUE = re.compile(r"(<!-- value:(?P<name>[a-z0-9.-]+) -->)(?P<body>.*?)(<!-- /value -->)")
-
-
-def render_page(text: str, root: Path) -> str:
-    """The page with every evidence region and every figure in a sentence refilled from its result files."""
-    def fill(match: re.Match) -> str:
-        name = match["name"]
-        if name not in RENDERERS:
-            raise CanvaslabError(f"evidence: no renderer named {name!r} (known: {', '.join(RENDERERS)})")
-        return f"{match[1]}{RENDERERS[name](root)}\n{match[4]}"
-    text = REGION.sub(fill, text)
-    if not VALUE.search(text):
-        return text
-    known = figures(root)
-
-    def value(match: re.Match) -> str:
-        if match["name"] not in known:
-            raise CanvaslabError(f"evidence: no figure named {match['name']!r}")
-        return f"{match[1]}{known[match['name']]}{match[4]}"
-    return VALUE.sub(value, text)
-
-
-def _page(root: Path, page: str) -> str:
-    path = root / page
-    if not path.is_file():
-        raise CanvaslabError(f"evidence: the page {path} is missing")
-    return path.read_text(encoding="utf-8")
-
-
-def stale_regions(root: Path, pages: tuple[str, ...] = PAGES) -> list[str]:
-    """``page: region`` for every region whose text differs from its files."""
-    stale = []
-    for page in pages:
-        text = _page(root, page)
-        rendered = render_page(text, root)
-        fresh = {m["name"]: m["body"] for m in REGION.finditer(rendered)}
-        stale += [f"{page}: {m['name']}" for m in REGION.finditer(text) if fresh[m["name"]] != m["body"]]
-        stale += [f"{page}: value {old['name']} ({old['body']}, the files say {new['body']})"
-                  for old, new in zip(VALUE.finditer(text), VALUE.finditer(rendered)) if old["body"] != new["body"]]
-    return stale
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m canvaslab.reports.evidence", description=__doc__.split("\n")[0])
-    parser.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a region differs")
-    args = parser.parse_args(argv)
-    try:
-        if args.check:
-            stale = stale_regions(args.root)
-            print("\n".join(stale) or "every evidence region matches its files")
-            return 1 if stale else 0
-        for page in PAGES:
-            (args.root / page).write_text(render_page(_page(args.root, page), args.root), encoding="utf-8")
-    except CanvaslabError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
