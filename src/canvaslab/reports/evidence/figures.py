@@ -75,6 +75,9 @@ def _noise_values(root: Path) -> dict[str, str]:
             values[f"noise.{key}.{name}"] = f"{e['mean_difference']:+.{digits}f}" + (
                 f" [{e['ci'][0]:+.{digits}f}, {e['ci'][1]:+.{digits}f}]" if e["ci"] else "")
             values[f"noise.{key}.{name}.sd"] = f"{e['sd']:.2f}"
+            for field, label in (("tost_p", "tost-p"), ("p_two_sided", "two-sided-p")):
+                if e.get(field) is not None:
+                    values[f"noise.{key}.{name}.{label}"] = f"{e[field]:.2g}"
         for name, means in report["class_means"].items():
             if "planted_logprob_boost" in means:
                 values[f"noise.{key}.boost.{name}"] = f"{means['planted_logprob_boost']:.2f}"
