@@ -65,6 +65,11 @@ def _noise_values(root: Path) -> dict[str, str]:
     values = {}
     for key, folder in NOISE.items():
         report = result_file(root, folder / "noise_study.json")
+        plan = result_file(root, folder / "plan.json") if (root / folder / "plan.json").is_file() else {}
+        power = plan.get("first_pass", {}).get("power")
+        if power:
+            values[f"noise.{key}.power"] = f"{power['tost_power_per_comparison']:.2f}"
+            values[f"noise.{key}.prompts-needed"] = str(power["prompts_needed"])
         values[f"noise.{key}.answer"] = report["conclusion"]["answer"]
         if "prompts" in report:
             values[f"noise.{key}.prompts"] = str(report["prompts"])
