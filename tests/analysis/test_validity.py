@@ -43,6 +43,24 @@ def test_three_right_answers_print_no_interval():
     assert format_value(0.9608, [0.83, 1.0], ruling, 2) == "0.96"
 
 
+def test_a_minority_class_from_fewer_than_five_prompts_prints_no_interval():
+    """7 wrong answers pass the minority-size rule, but from 3 prompts the bootstrap resamples 3 clusters."""
+    support = dict(generations=100, clusters=20, minority=7, minority_name="wrong answer", resamples=1000,
+                   resamples_used=964)
+    assert rule(Support(**support, minority_clusters=5)).interval
+    ruling = rule(Support(**support, minority_clusters=3))
+    assert not ruling.interval
+    assert ruling.flags == ("the wrong answers come from 3 prompts (< 5): no interval",)
+
+
+def test_the_auroc_support_counts_the_prompts_of_the_minority_class():
+    traces = [two_wave_trace(8, index, correct=index not in (0, 1)) for index in range(12)]
+    traces += [GenerationTrace(f"g{index}b", "math", trace.prompt_id, 1, 48, trace.content, trace.calls,
+                               trace.correct) for index, trace in enumerate(traces[:2])]
+    support = aggregate_order_metrics([measure_generation(t) for t in traces], 200, 0)["regimes"]["math"]["support"]
+    assert support["auroc"]["minority"] == 4 and support["auroc"]["minority_clusters"] == 2
+
+
 def test_a_bootstrap_that_skipped_many_resamples_prints_no_interval():
     assert rule(Support(generations=40, clusters=40, minority=10, resamples=1000, resamples_used=960)).interval
     assert not rule(Support(generations=40, clusters=40, minority=10, resamples=1000, resamples_used=940)).interval
@@ -55,6 +73,24 @@ def test_block_tau_over_two_bins_is_a_split_share_never_beside_the_paper():
     assert ruling.reading == validity.SPLIT_SHARE and not ruling.paper
     # 18 of 19 generations +1, one -1: mean tau 17/19
     assert format_value(17 / 19, [0.68, 1.0], ruling, support=support) == "split share 18/19"
+
+
+def test_answers_that_span_two_bins_make_a_split_share_on_any_canvas():
+    """8 bins of 16 on the canvas, but every answer occupies 2 of them: each generation's tau is +1 or -1."""
+    assert validity.bins_on_canvas(128, 16) == 8
+    entropy = [0.01] * 128
+    calls = [AcceptCall(step=2, accepted=list(range(12)), entropy=entropy),
+             AcceptCall(step=1, accepted=list(range(128)), entropy=entropy)]
+    short = GenerationTrace("g", "code", "p", 0, 48, [p < 20 for p in range(128)], calls, True)
+    assert measure_generation(short).block_bins[16] == 2 and measure_generation(short).block_bins[4] == 5
+    summary = aggregate_order_metrics([measure_generation(short)], 0)["regimes"]["code"]
+    assert summary["support"]["block_tau_16"]["bins"] == 2 and summary["support"]["block_tau_16"]["narrow"] == 1
+    assert summary["validity"]["block_tau_16"]["reading"] == validity.SPLIT_SHARE
+    every = rule(Support(generations=20, clusters=20, bins=2, narrow=20), canvas_length=128, bin_size=16)
+    assert every.reading == validity.SPLIT_SHARE
+    some = rule(Support(generations=93, clusters=20, bins=2, narrow=11), canvas_length=128, bin_size=32)
+    assert some.reading == validity.VALUE
+    assert some.flags == ("11 of 93 generations over fewer than 3 bins, each +1 or -1",)
 
 
 def test_block_tau_over_one_bin_is_omitted_and_three_bins_is_a_tau():

@@ -45,7 +45,7 @@ NO_COMMITTED = "no committed content positions"
 ONE_CALL = "all content positions committed in one call"
 SAME_BIN_MEANS = "all bins have the same mean commit call"
 # The measures with one value per bin size.
-PER_BIN = ("block_tau", "token_block_tau", "control_block_tau", "control_token_block_tau")
+PER_BIN = ("block_tau", "token_block_tau", "control_block_tau", "control_token_block_tau", "block_bins")
 
 
 @dataclass
@@ -74,6 +74,9 @@ class GenerationMeasures:
     same_call_fraction: float | None
     commit_entropy: float | None
     undefined: dict[str, str] = field(default_factory=dict)
+    # Bins of each size that hold a committed content position: a block tau over 2 is +1 or -1 whatever the
+    # canvas holds (an answer of 10 tokens spans 2 bins of 16 on any canvas).
+    block_bins: dict[int, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
@@ -132,6 +135,7 @@ def measure_generation(trace: GenerationTrace) -> GenerationMeasures:
         same_call_fraction=keep("same_call_fraction", _same_call_fraction(calls)),
         commit_entropy=keep("commit_entropy", _commit_entropy(entropy, calls, positions)),
         undefined=undefined,
+        block_bins={b: int(np.unique(positions // b).size) for b in BLOCK_BINS},
     )
 
 
@@ -323,19 +327,29 @@ def _supports(rows: Sequence[GenerationMeasures], summary: dict[str, Any], n_boo
         for size in BLOCK_BINS:
             support = _support([(row.prompt_id, getattr(row, name)[size]) for row in rows])
             if name == "block_tau":
-                support["bins"] = validity.bins_on_canvas(summary["canvas_length"], size)
+                support.update(_bins_support([row.block_bins[size] for row in rows if row.block_tau[size] is not None],
+                                             validity.bins_on_canvas(summary["canvas_length"], size)))
             supports[f"{name}_{size}"] = support
     if summary["auroc"] is not None:
         usable = [row for row in rows if row.correct is not None and row.commit_entropy is not None]
         right = sum(bool(row.correct) for row in usable)
+        minority_correct = right < len(usable) - right
         skipped = summary["auroc_ci_resamples_skipped"]
         supports["auroc"] = {
             "generations": len(usable), "clusters": len({row.prompt_id for row in usable}),
             "minority": min(right, len(usable) - right),
-            "minority_name": "right answer" if right < len(usable) - right else "wrong answer",
+            "minority_name": "right answer" if minority_correct else "wrong answer",
+            "minority_clusters": len({row.prompt_id for row in usable if bool(row.correct) == minority_correct}),
             "resamples": n_bootstrap, "resamples_used": None if skipped is None else n_bootstrap - skipped,
         }
     return supports
+
+
+def _bins_support(spans: Sequence[int], canvas_bins: int) -> dict[str, Any]:
+    """A block tau's bins: the fewest its generations' answers occupy, and how many occupy fewer than 3."""
+    if not spans:
+        return {"bins": canvas_bins}
+    return {"bins": min(spans), "narrow": sum(span < validity.MIN_BINS for span in spans)}
 
 
 def _support(values: Sequence[tuple[str, float | None]]) -> dict[str, Any]:

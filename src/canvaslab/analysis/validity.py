@@ -11,7 +11,7 @@ JSON; the terminal tables, the report pages and the docs' generated evidence pri
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 # The findings' own rule: no interval from fewer than 5 independent units (prompts, or the minority class).
@@ -38,8 +38,10 @@ class Support:
     generations: int
     clusters: int
     bins: int | None = None
+    narrow: int | None = None  # generations whose content spans fewer than MIN_BINS bins (block tau only)
     minority: int | None = None
     minority_name: str = "minority"
+    minority_clusters: int | None = None
     resamples: int | None = None
     resamples_used: int | None = None
     zero_variance: bool = False
@@ -84,6 +86,9 @@ def interval_problems(support: Support) -> list[str]:
         problems.append(f"{_count(support.clusters, 'prompt')} < {MIN_CLUSTERS}: no interval")
     if support.minority is not None and support.minority < MIN_MINORITY:
         problems.append(f"rests on {_count(support.minority, support.minority_name)} (< {MIN_MINORITY}): no interval")
+    if support.minority_clusters is not None and support.minority_clusters < MIN_CLUSTERS:
+        problems.append(f"the {support.minority_name}s come from {_count(support.minority_clusters, 'prompt')} "
+                        f"(< {MIN_CLUSTERS}): no interval")
     if support.resamples and support.resamples_used is not None:
         skipped = support.resamples - support.resamples_used
         if skipped > MAX_SKIPPED_SHARE * support.resamples:
@@ -97,7 +102,10 @@ def rule(support: Support, *, canvas_length: int | None = None, bin_size: int | 
     if support.zero_variance:
         flags.append("zero variance: every generation gives the same value")
     reading = VALUE
-    if support.bins is not None and support.bins < MIN_BINS:
+    if support.narrow and support.narrow < support.generations:
+        flags.append(f"{support.narrow} of {support.generations} generations over fewer than {MIN_BINS} bins, "
+                     "each +1 or -1")
+    elif support.bins is not None and support.bins < MIN_BINS:
         reading = SPLIT_SHARE if support.bins == 2 else OMITTED
         flags.append(f"over {support.bins} bins: {'a split share' if reading == SPLIT_SHARE else 'no order'}, "
                      "not a block tau")
@@ -177,8 +185,9 @@ def regime_rulings(summary: Mapping[str, Any], n_bootstrap: int | None = None) -
     rulings = {}
     for name, support in supports.items():
         bin_size = int(name.rsplit("_", 1)[1]) if name.startswith("block_tau_") else None
-        if bin_size is not None and canvas is not None:
-            support = Support(**{**asdict(support), "bins": bins_on_canvas(canvas, bin_size)})
+        if bin_size is not None and canvas is not None:  # files before the answers' own bins: the canvas's
+            canvas_bins = bins_on_canvas(canvas, bin_size)
+            support = replace(support, bins=canvas_bins if support.bins is None else min(support.bins, canvas_bins))
         paper_size = bin_size if bin_size is not None else None
         rulings[name] = (rule(support, canvas_length=canvas, bin_size=paper_size), support)
     return rulings
