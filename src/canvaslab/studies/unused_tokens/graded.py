@@ -212,9 +212,18 @@ def graded_size(statistics: dict[str, Any], margin: float, alpha: float, cap: in
 
 
 def graded_power(size: dict[str, Any], prompts: int) -> dict[str, Any]:
-    per = tost_power(prompts, size["planning_sd"], size["margin"], alpha=size["alpha"])
+    """The power the planned prompts give at the planning sd, and each comparison's at its own pilot sd's upper
+    limit (one noisy comparison sets the planning sd; the others may be far better powered)."""
+    margin, alpha, n_pilot = size["margin"], size["alpha"], size.get("pilot_prompts")
+    per = tost_power(prompts, size["planning_sd"], margin, alpha=alpha)
+    each = {}
+    for name, sd in size.get("pilot_sd", {}).items():
+        upper = sd_upper_limit(sd, n_pilot, SD_CONFIDENCE) if n_pilot else sd
+        each[name] = {"sd_upper_limit": upper, "tost_power": tost_power(prompts, upper, margin, alpha=alpha),
+                      "prompts_needed": units_for_power(upper, margin, PER_COMPARISON_POWER, alpha=alpha,
+                                                        at_least=MIN_PROMPTS)}
     return {"prompts_planned": prompts, "tost_power_per_comparison": per,
-            "meets_target": bool(per >= PER_COMPARISON_POWER - 1e-9)}
+            "meets_target": bool(per >= PER_COMPARISON_POWER - 1e-9), "per_comparison": each}
 
 
 def _finite(value: Any) -> bool:
