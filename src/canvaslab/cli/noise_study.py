@@ -103,13 +103,25 @@ def run_command(
 def report_command(
     directory: Annotated[Path, typer.Argument(help="a folder `noise-study run` has run in (finished or not)",
                                               callback=options.existing_writable_folder)],
+    against: Annotated[Optional[Path], typer.Option(
+        "--against", help="another run of the same registered plan (another device or mode): also print, per "
+                          "outcome, how far the two differ condition by condition", callback=options.existing_folder)] = None,
+    agreement_out: Annotated[Optional[Path], typer.Option(
+        "--agreement-out", help="with --against: write the comparison as JSON here",
+        callback=options.writable_file)] = None,
 ) -> None:
-    """Analyse the conditions stored so far, running nothing: writes noise_study.json, prints the effects."""
+    """Analyse the conditions stored so far, running nothing: writes noise_study.json, prints the effects (with
+    --against, also the per-condition agreement with another run of the plan)."""
     from rich.console import Console
 
     from canvaslab.reports.noise_study import noise_study_table
     from canvaslab.studies.unused_tokens.noise_study import REPORT_FILE, report_noise_study
 
+    if agreement_out is not None and against is None:
+        from canvaslab.errors import CanvaslabError
+
+        raise CanvaslabError("--agreement-out needs --against DIR (the run to compare with)")
+    agreement = _agreement(directory, against)
     report = report_noise_study(directory)
     console = Console()
     console.print(noise_study_table(report), crop=False)
@@ -118,28 +130,22 @@ def report_command(
         console.print(f"{report['conditions_run']} of {report['conditions_total']} conditions stored: an interim "
                       "look, the plan's decision rule is for the whole design (`noise-study run` resumes it)",
                       highlight=False)
+    if agreement is not None:
+        from canvaslab.reports.noise_study import agreement_table
+
+        console.print(agreement_table(agreement), crop=False)
+        if agreement_out is not None:
+            from canvaslab.io import write_json_atomic
+
+            write_json_atomic(agreement_out, agreement)
+            console.print(printable(f"wrote {agreement_out}"), markup=False, emoji=False, highlight=False)
 
 
-@noise_app.command("agreement")
-def agreement_command(
-    first: Annotated[Path, typer.Argument(help="a folder `noise-study run` ran in (e.g. on the CPU)",
-                                          callback=options.existing_folder)],
-    second: Annotated[Path, typer.Argument(help="another run of the same registered plan (e.g. on a GPU, or in "
-                                           "another mode)", callback=options.existing_folder)],
-    out: Annotated[Optional[Path], typer.Option("--out", help="write the comparison as JSON here",
-                                                callback=options.writable_file)] = None,
-) -> None:
-    """Per condition, how far two runs of one plan differ on each outcome (sd, mean, max; exact equalities)."""
-    from rich.console import Console
-
-    from canvaslab.reports.noise_study import agreement_table
+def _agreement(directory: Path, against: Optional[Path]):
+    """The per-condition comparison with ``against`` (checked before anything is written), or None."""
+    if against is None:
+        return None
     from canvaslab.studies.unused_tokens.agreement import compare_runs
 
-    agreement = compare_runs(first, second)
-    console = Console()
-    console.print(agreement_table(agreement), crop=False)
-    if out is not None:
-        from canvaslab.io import write_json_atomic
+    return compare_runs(directory, against)
 
-        write_json_atomic(out, agreement)
-        console.print(printable(f"wrote {out}"), markup=False, emoji=False, highlight=False)

@@ -3,6 +3,8 @@ arm's canvas, the per-stratum answer with its validity flags, and the agreement 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -167,8 +169,10 @@ def test_two_runs_of_one_plan_are_compared_condition_by_condition(graded_smoke, 
         load_plan(copy)[0])) - 12
     spread = agreement["outcomes"]["planted_logprob_boost"]["all"]
     assert spread["n"] == 12 and spread["max_abs"] < 1e-3  # the same CPU, another mode: float32 rounding at most
-    result = CliRunner().invoke(app, ["noise-study", "agreement", str(graded_smoke[0]), str(copy)])
+    result = CliRunner().invoke(app, ["noise-study", "report", str(graded_smoke[0]), "--against", str(copy),
+                                      "--agreement-out", str(tmp_path / "agreement.json")])
     assert result.exit_code == 0 and "device agreement" in result.output
+    assert json.loads((tmp_path / "agreement.json").read_text())["conditions"] == 12
 
 
 def _cli(*args: str):
@@ -195,8 +199,10 @@ def test_graded_registration_refuses_bad_choices_in_one_line(short_tiny, graded_
     empty.mkdir()
     for name in (PLAN_FILE, HASH_FILE):
         (empty / name).write_bytes((graded_smoke[0] / name).read_bytes())
-    code, lines = _cli("noise-study", "agreement", str(graded_smoke[0]), str(empty))
-    assert code == 2 and len(lines) == 1 and "no study store" in lines[0] or "no stored" in lines[0], lines
+    code, lines = _cli("noise-study", "report", str(graded_smoke[0]), "--against", str(empty))
+    assert code == 2 and len(lines) == 1 and "no study store" in lines[0], lines
+    code, lines = _cli("noise-study", "report", str(graded_smoke[0]), "--agreement-out", str(tmp_path / "a.json"))
+    assert code == 2 and len(lines) == 1 and "needs --against" in lines[0], lines
 
 
 def test_a_pilot_without_every_stratum_and_arm_sizes_nothing_and_the_cap_states_its_power():

@@ -25,7 +25,7 @@ from canvaslab.studies.unused_tokens.conditions import base_noise
 from canvaslab.studies.unused_tokens.first_pass_plan import CONTENT_MODE, _in_turn, _not_content
 from canvaslab.studies.unused_tokens.model_facts import ModelFacts
 from canvaslab.studies.unused_tokens.plan import QUESTION, Analysis, Factors, NoisePlan, PlannedPrompt
-from canvaslab.studies.unused_tokens.token_pools import TokenPools, ordinary_ids
+from canvaslab.studies.unused_tokens.token_pools import TokenPools, file_sha256, ordinary_ids
 from canvaslab.studies.unused_tokens.vocab_scan import load_token_counts
 
 DECISION_RULE = (
@@ -42,9 +42,7 @@ DECISION_RULE = (
 
 
 def _counts_source(path: Path, counts: np.ndarray) -> dict[str, Any]:
-    import hashlib
-
-    return {"file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "tokens": int(counts.sum())}
+    return {"file": str(path), "sha256": file_sha256(path), "tokens": int(counts.sum())}
 
 
 def graded_strata(pools: TokenPools, vocab: int, token_counts: str | Path | None) -> tuple[list[dict], dict]:

@@ -88,7 +88,7 @@ def excluded_ids(tokenizer: PreTrainedTokenizerBase, generation_defaults: dict[s
     return sorted(i for i in ids if 0 <= i < vocab_size)
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -101,7 +101,7 @@ def _rare_from_counts(counts: np.ndarray, ordinary: np.ndarray, path: Path) -> t
         raise CanvaslabError(f"--token-counts {path}: the corpus produced no ordinary token at all")
     order = np.lexsort((candidates, counts[candidates]))
     rare = candidates[order[:RARE_POOL_SIZE]]
-    source = {"kind": "corpus", "rule": CORPUS_RULE, "file": str(path), "sha256": _file_sha256(path),
+    source = {"kind": "corpus", "rule": CORPUS_RULE, "file": str(path), "sha256": file_sha256(path),
               "corpus_tokens": int(counts.sum()), "count_range": [int(counts[rare].min()), int(counts[rare].max())]}
     return sorted(int(i) for i in rare), source
 
