@@ -218,3 +218,17 @@ def test_a_pilot_without_every_stratum_and_arm_sizes_nothing_and_the_cap_states_
     assert capped["prompts_wanted"] == size["prompts_needed"] - 10
     assert graded.graded_power(size, size["prompts_needed"])["meets_target"]
     assert not graded.graded_power(capped, capped["prompts_wanted"])["meets_target"]
+
+
+def test_the_tables_name_each_effects_arm(graded_smoke):
+    from rich.console import Console
+
+    from canvaslab.reports.html.noise_panel import verdict_rows
+    from canvaslab.reports.noise_study import noise_study_table
+
+    report = graded_smoke[1]
+    assert {row[0].split(":")[0] for row in verdict_rows(report)} == set(graded.ARMS)
+    console = Console(width=250, record=True)
+    console.print(noise_study_table(report))
+    text = console.export_text()
+    assert "arm" in text and "later" in text and "unused tokens against each frequency stratum" in text
