@@ -11,13 +11,13 @@ def test_layers_key_their_data_by_the_choices():
     from canvaslab.models.loading import DTYPES
     from canvaslab.models.presets import PRESETS
     from canvaslab.prompts import BUILTIN_PROMPTS
-    from canvaslab.studies.unused_tokens import TOKENIZER_PRESETS, first_pass, plan
+    from canvaslab.studies.unused_tokens import TOKENIZER_PRESETS, first_pass, graded, plan
 
     assert MODES == choices.MODES
     assert ("auto", *DTYPES) == choices.DTYPES
     assert tuple(PRESETS) == choices.PRESET_NAMES
     assert len(BUILTIN_PROMPTS) == choices.BUILTIN_PROMPT_COUNT
-    assert (*plan.DESIGNS, *first_pass.DESIGNS) == choices.NOISE_DESIGNS  # schema /2's, then /3's
+    assert (*plan.DESIGNS, *first_pass.DESIGNS, *graded.DESIGNS) == choices.NOISE_DESIGNS  # /2's, /3's, /4's
     assert tuple(TOKENIZER_PRESETS) == choices.TOKENIZER_PRESETS
 
 

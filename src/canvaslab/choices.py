@@ -48,9 +48,12 @@ SUITE_REGIMES = {"default": REGIMES, **dict.fromkeys(("mini", "mini-large"),
                                                      ("math", "code_synthesis", "factual", "open_ended", "json"))}
 
 # Plan schema /2: default (2,304 conditions, GPU) and small (12, CPU tests). Plan schema /3 (first-pass outcomes):
-# pilot, confirmatory (sized from a finished pilot, --pilot DIR) and smoke (CPU tests).
-NOISE_DESIGNS = ("default", "small", "pilot", "confirmatory", "smoke")
-NOISE_CHECK_DESIGNS = ("small", "smoke")  # toy sizes that test the machinery: their answers are not findings
+# pilot, confirmatory (sized from a finished pilot, --pilot DIR) and smoke (CPU tests). Plan schema /4 (controls
+# graded by training frequency, float32, a later-pass arm): the same three, prefixed graded-.
+NOISE_DESIGNS = ("default", "small", "pilot", "confirmatory", "smoke", "graded-pilot", "graded-confirmatory",
+                 "graded-smoke")
+NOISE_CONFIRMATORY_DESIGNS = ("confirmatory", "graded-confirmatory")  # sized from a finished pilot (--pilot DIR)
+NOISE_CHECK_DESIGNS = ("small", "smoke", "graded-smoke")  # toy sizes that test the machinery: their answers are not findings
 NOISE_BATCH_SIZE = 36  # rows of the safeguard's batched runs: one per prompt, seed and budget of the default design
 TOKENIZER_PRESETS = ("tiny", "real-shapes", "gemma3", "mini")  # the vocabulary scan's named tokenizers
 DATA_VERSIONS = ("shipped", "grammar")  # `mini train --data`: the shipped recipe's generators, or the grammar

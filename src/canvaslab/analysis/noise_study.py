@@ -14,6 +14,8 @@ from collections import defaultdict
 from statistics import fmean
 from typing import Any
 
+import numpy as np
+
 from canvaslab.analysis import validity
 from canvaslab.analysis.tost import paired_equivalence
 
@@ -177,3 +179,73 @@ def conclusion(effects: list[dict[str, Any]], primary_outcome: str) -> dict[str,
         answer, text = "inconclusive", "the primary outcome was neither equivalent nor consistently different"
     return {"answer": answer, "primary_outcome": primary_outcome,
             "verdicts": {e["comparison"]: e["verdict"] for e in primary}, "text": text}
+
+
+# ---------------------------------------------------------------- the frequency-graded design (/4)
+
+DIRECTION_SIGNS = {"equivalent": "=", "lower": "<", "higher": ">", "undecided": "?"}
+
+
+def arm_of(record: dict[str, Any]) -> str:
+    """The arm of a /4 condition, from its cell id ``<prompt>/s<seed>/b<budget>/<arm>/n<count>``."""
+    return record["cell_id"].rsplit("/", 2)[1]
+
+
+def graded_effects(arms: dict[str, list[dict[str, Any]]], analysis: dict[str, Any], outcomes: list[str],
+                   min_units: int) -> list[dict[str, Any]]:
+    """``noise_study_effects`` per prompt within each arm, every effect naming its arm."""
+    return [{"arm": arm, **effect} for arm, records in arms.items()
+            for effect in noise_study_effects(records, analysis, outcomes, unit="prompt", min_units=min_units)]
+
+
+def graded_conclusion(effects: list[dict[str, Any]], primary_outcome: str) -> dict[str, Any]:
+    """Per arm and stratum, where unused tokens stand on the primary outcome: equivalent (TOST), lower or higher
+    (interval wholly beyond the margin) or undecided, with the validity flags beside each."""
+    strata: dict[str, dict[str, Any]] = defaultdict(dict)
+    for effect in effects:
+        if effect["outcome"] != primary_outcome:
+            continue
+        stratum = effect["comparison"].split(" - ", 1)[1]
+        strata[effect["arm"]][stratum] = {"direction": _direction(effect), "verdict": effect["verdict"],
+                                          "mean_difference": effect["mean_difference"], "ci": effect["ci"],
+                                          "prompts": effect["n_pairs"], "flags": effect["flags"]}
+    text = "; ".join(f"{arm}: " + ", ".join(f"{DIRECTION_SIGNS[s['direction']]} {name}" for name, s in found.items())
+                     for arm, found in strata.items())
+    return {"answer": "per stratum", "primary_outcome": primary_outcome, "per_stratum": dict(strata),
+            "text": f"unused tokens against each frequency stratum ({primary_outcome}; = equivalent, < lower, "
+                    f"> higher, ? undecided): {text}",
+            "flags": {f"{arm}: unused - {name}": s["flags"] for arm, found in strata.items()
+                      for name, s in found.items() if s["flags"]}}
+
+
+def outcome_agreement(first: list[dict[str, Any]], second: list[dict[str, Any]],
+                      outcomes: list[str]) -> dict[str, Any]:
+    """Per condition, how far two runs of one plan (e.g. two devices) differ on each outcome: over the conditions
+    both hold, the sd, mean and largest absolute difference, overall and per token class (and arm, where the
+    cell id names one). Exact agreement counts are given too: equal to the last bit is a finding of its own."""
+    by_id = {record["condition_id"]: record for record in second}
+    pairs = [(record, by_id[record["condition_id"]]) for record in first if record["condition_id"] in by_id]
+    result: dict[str, Any] = {"conditions": len(pairs), "only_first": len(first) - len(pairs),
+                              "only_second": len(second) - len(pairs), "outcomes": {}}
+    for outcome in outcomes:
+        groups: dict[str, list[float]] = defaultdict(list)
+        for a, b in pairs:
+            if a["outcomes"].get(outcome) is None or b["outcomes"].get(outcome) is None:
+                continue
+            difference = a["outcomes"][outcome] - b["outcomes"][outcome]
+            groups["all"].append(difference)
+            groups[_agreement_group(a)].append(difference)
+        result["outcomes"][outcome] = {name: _spread(values) for name, values in sorted(groups.items())}
+    return result
+
+
+def _agreement_group(record: dict[str, Any]) -> str:
+    cell = record["cell_id"].rsplit("/", 2)
+    arm = f"{cell[1]} " if cell[-1].startswith("n") and len(cell) == 3 else ""
+    return f"{arm}{record['token_class']}"
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    array = np.asarray(values, dtype=np.float64)
+    return {"n": int(array.size), "mean": float(array.mean()), "sd": float(array.std(ddof=1)) if array.size > 1 else None,
+            "max_abs": float(np.abs(array).max()), "exactly_equal": int((array == 0).sum())}

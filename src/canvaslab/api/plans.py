@@ -307,6 +307,7 @@ class NoiseStudy(_Plan):
     batch_size: int = choices.NOISE_BATCH_SIZE
     mode: str = "stock"
     limit: Optional[int] = None
+    max_prompts: Optional[int] = None
 
     def __post_init__(self) -> None:
         require("analysis", "the unused-token study")  # its equivalence test and power: scipy
@@ -317,8 +318,12 @@ class NoiseStudy(_Plan):
         if self.token_counts is not None:
             choices.readable_file("--token-counts", self.token_counts, (".npy",))
         choices.one_of("--suite", self.suite, choices.SUITES)
-        if (self.design == "confirmatory") != (self.pilot is not None):
-            raise CanvaslabError("--pilot DIR (a finished pilot) is needed by --design confirmatory, and only by it")
+        if (self.design in choices.NOISE_CONFIRMATORY_DESIGNS) != (self.pilot is not None):
+            raise CanvaslabError("--pilot DIR (a finished pilot) is needed by --design confirmatory and "
+                                 "graded-confirmatory, and only by them")
+        if self.max_prompts is not None and self.design != "graded-confirmatory":
+            raise CanvaslabError("--max-prompts is for --design graded-confirmatory only")
+        choices.optional_whole_number("--max-prompts", self.max_prompts, 5)
         if self.pilot is not None:
             choices.existing_folder("--pilot", self.pilot)
         choices.whole_number("--seed", self.seed, 0, choices.MAX_SEED)
@@ -337,7 +342,8 @@ class NoiseStudy(_Plan):
         plan, digest = register_plan(out, self.model, design=self.design, margin=self.margin,
                                      token_counts=self.token_counts, seed=self.seed, layers=self.layers,
                                      model_seed=self.model_seed, replace=replace, suite=self.suite,
-                                     pilot=self.pilot, device=self.device, dtype=self.dtype)
+                                     pilot=self.pilot, device=self.device, dtype=self.dtype,
+                                     max_prompts=self.max_prompts)
         return Registration(digest, plan.factors.n_conditions, plan.token_pools.rare_source["kind"], out.resolve(),
                             _first_pass_lines(plan))
 
@@ -393,6 +399,10 @@ def _first_pass_lines(plan) -> tuple[str, ...]:
              "left out for too few content positions",
              f"the no-plant first pass predicts a special or unused token at {sum(shares) / len(shares):.0%} of canvas "
              "positions (mean over prompts and seeds); plants go only where it predicts content"]
+    if plan.graded is not None:
+        from canvaslab.studies.unused_tokens.graded_plan import graded_summary
+
+        return (*lines, *graded_summary(plan))
     if design.power is not None:
         power = design.power
         needed = "more than 100,000" if power["prompts_needed"] is None else power["prompts_needed"]

@@ -27,9 +27,11 @@ def plan_command(
     model: options.Model = "tiny",
     out: Annotated[Path, typer.Option("--out", help="folder for plan.json and plan.sha256; the run writes there too",
                                       callback=options.writable_folder)] = ...,
-    design: Annotated[str, typer.Option("--design", help="schema /3 (first-pass outcomes): pilot, confirmatory "
-                                        "(sized from --pilot), smoke (CPU tests); schema /2: default (2,304 "
-                                        "conditions, GPU), small (CPU tests)",
+    design: Annotated[str, typer.Option("--design", help="schema /4 (controls graded by training frequency, float32, "
+                                        "a later-pass arm; needs --token-counts): graded-pilot, graded-confirmatory "
+                                        "(sized from --pilot), graded-smoke; schema /3 (first-pass outcomes): pilot, "
+                                        "confirmatory (sized from --pilot), smoke (CPU tests); schema /2: default "
+                                        "(2,304 conditions, GPU), small (CPU tests)",
                                         callback=options.one_of(DESIGNS))] = "default",
     margin: Annotated[Optional[float], typer.Option("--margin", help="equivalence margin of the primary outcome "
                                                     "(/3: 0.25 nats; /2: 0.05)",
@@ -44,6 +46,9 @@ def plan_command(
     token_counts: Annotated[Optional[Path], typer.Option(
         "--token-counts", help="token_counts.npy of `canvaslab vocab-scan --corpus`: the rare control's least "
                                "frequent tokens", callback=options.readable_file((".npy",)))] = None,
+    max_prompts: Annotated[Optional[int], typer.Option(
+        "--max-prompts", help="--design graded-confirmatory: at most N prompts (what the run's time allows); the plan "
+                              "states the power they give", callback=options.whole_number(5))] = None,
     seed: options.Seed = 0,
     layers: options.Layers = None,
     model_seed: options.ModelSeed = 0,
@@ -55,7 +60,7 @@ def plan_command(
     from canvaslab.api import NoiseStudy
 
     plan = NoiseStudy(model=model, design=design, margin=margin, token_counts=token_counts, suite=suite, pilot=pilot,
-                      seed=seed, layers=layers, model_seed=model_seed, device=device, dtype=dtype)
+                      seed=seed, layers=layers, model_seed=model_seed, device=device, dtype=dtype, max_prompts=max_prompts)
     registration = plan.register(out)
     console = Console()
     console.print(f"{registration.conditions} conditions ({design}); rare-token control: "
@@ -98,13 +103,25 @@ def run_command(
 def report_command(
     directory: Annotated[Path, typer.Argument(help="a folder `noise-study run` has run in (finished or not)",
                                               callback=options.existing_writable_folder)],
+    against: Annotated[Optional[Path], typer.Option(
+        "--against", help="another run of the same registered plan (another device or mode): also print, per "
+                          "outcome, how far the two differ condition by condition", callback=options.existing_folder)] = None,
+    agreement_out: Annotated[Optional[Path], typer.Option(
+        "--agreement-out", help="with --against: write the comparison as JSON here",
+        callback=options.writable_file)] = None,
 ) -> None:
-    """Analyse the conditions stored so far, running nothing: writes noise_study.json, prints the effects."""
+    """Analyse the conditions stored so far, running nothing: writes noise_study.json, prints the effects (with
+    --against, also the per-condition agreement with another run of the plan)."""
     from rich.console import Console
 
     from canvaslab.reports.noise_study import noise_study_table
     from canvaslab.studies.unused_tokens.noise_study import REPORT_FILE, report_noise_study
 
+    if agreement_out is not None and against is None:
+        from canvaslab.errors import CanvaslabError
+
+        raise CanvaslabError("--agreement-out needs --against DIR (the run to compare with)")
+    agreement = _agreement(directory, against)
     report = report_noise_study(directory)
     console = Console()
     console.print(noise_study_table(report), crop=False)
@@ -113,3 +130,22 @@ def report_command(
         console.print(f"{report['conditions_run']} of {report['conditions_total']} conditions stored: an interim "
                       "look, the plan's decision rule is for the whole design (`noise-study run` resumes it)",
                       highlight=False)
+    if agreement is not None:
+        from canvaslab.reports.noise_study import agreement_table
+
+        console.print(agreement_table(agreement), crop=False)
+        if agreement_out is not None:
+            from canvaslab.io import write_json_atomic
+
+            write_json_atomic(agreement_out, agreement)
+            console.print(printable(f"wrote {agreement_out}"), markup=False, emoji=False, highlight=False)
+
+
+def _agreement(directory: Path, against: Optional[Path]):
+    """The per-condition comparison with ``against`` (checked before anything is written), or None."""
+    if against is None:
+        return None
+    from canvaslab.studies.unused_tokens.agreement import compare_runs
+
+    return compare_runs(directory, against)
+

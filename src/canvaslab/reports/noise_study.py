@@ -46,7 +46,7 @@ def _primary_flagged(effects: list[dict[str, Any]]) -> bool:
 
 def _flags_note(effects: list[dict[str, Any]]) -> str:
     """Each flagged effect's flags, beside the rule's verdict (the verdict column marks them with !)."""
-    notes = [f"! {e['comparison']}, {e['outcome']}: {'; '.join(_flags(e))}. " for e in effects if _flags(e)]
+    notes = [f"! {_arm(e)}{e['comparison']}, {e['outcome']}: {'; '.join(_flags(e))}. " for e in effects if _flags(e)]
     return "".join(notes)
 
 
@@ -61,8 +61,12 @@ def _safeguard_caption(safeguard: dict[str, Any], analysed: str | None) -> str:
             f"{safeguard['outcome_fields_changed']} with a changed {changed}")
 
 
+def _arm(effect: dict[str, Any]) -> str:
+    return f"{effect['arm']}: " if "arm" in effect else ""
+
+
 def _row(effect: dict[str, Any]) -> list[str]:
-    return [printable(effect["comparison"]), printable(effect["outcome"]) + (" *" if effect["primary"] else ""),
+    return [*([printable(effect["arm"])] if "arm" in effect else []), printable(effect["comparison"]), printable(effect["outcome"]) + (" *" if effect["primary"] else ""),
             printable(effect["n_pairs"]), _number(effect["mean_difference"]), _ci(effect), _number(effect["margin"]),
             _number(effect["tost_p"], 3), _verdict(effect)]
 
@@ -91,7 +95,7 @@ def noise_study_table(report: dict[str, Any]) -> Table:
         f"{conclusion['answer']}{'' if report['complete'] else ' (interim, design incomplete)'}"
         f"{' (a primary verdict is flagged: !)' if _primary_flagged(report['effects']) else ''}"
         f"{_check_note(report)}")))
-    columns = ("comparison", "outcome", "prompts" if report.get("unit") == "prompt" else "pairs", "mean diff", f"{report['effects'][0]['ci_level']:.0%} CI", "margin",
+    columns = (*(("arm",) if "arm" in report["effects"][0] else ()), "comparison", "outcome", "prompts" if report.get("unit") == "prompt" else "pairs", "mean diff", f"{report['effects'][0]['ci_level']:.0%} CI", "margin",
                "TOST p", "verdict")
     rows = [_row(effect) for effect in report["effects"][:MAX_TABLE_ROWS]]
     for index, name in enumerate(columns):
@@ -99,7 +103,34 @@ def noise_study_table(report: dict[str, Any]) -> Table:
         table.add_column(name, min_width=max(len(cell) for cell in [name, *(row[index] for row in rows)]))
     for row in rows:
         table.add_row(*map(plain, row))
-    table.caption = plain(printable(f"* primary outcome. {_flags_note(report['effects'][:MAX_TABLE_ROWS])}"
+    answer = f"{conclusion['text']}. " if "per_stratum" in conclusion else ""
+    table.caption = plain(printable(f"* primary outcome. {answer}{_flags_note(report['effects'][:MAX_TABLE_ROWS])}"
                                     f"{_rows_note(report['effects'])}"
                                     f"{_safeguard_caption(report['safeguard'], report.get('analysed_run'))}"))
+    return table
+
+
+def _execution_text(side: dict[str, Any]) -> str:
+    execution = side.get("execution") or {}
+    return f"{execution.get('device_type', '?')}, {execution.get('dtype', '?')}, {execution.get('mode', '?')}"
+
+
+def agreement_table(agreement: dict[str, Any]) -> Table:
+    """Two runs of one plan, condition by condition: one row per outcome and group (all conditions, then per arm
+    and token class), the differences' sd, mean and largest absolute value, and how many were exactly equal."""
+    table = Table(title=plain(printable(
+        f"device agreement, plan {agreement['plan_hash'][:12]}: {agreement['conditions']} conditions in both runs "
+        f"({_execution_text(agreement['first'])} minus {_execution_text(agreement['second'])})")))
+    for name in ("outcome", "conditions", "n", "mean diff", "sd", "max |diff|", "exactly equal"):
+        table.add_column(name)
+    for outcome, groups in agreement["outcomes"].items():
+        for group, spread in groups.items():
+            marked = printable(outcome) + (" *" if outcome == agreement["primary_outcome"] else "")
+            table.add_row(*map(plain, [marked, printable(group), str(spread["n"]), _number(spread["mean"]),
+                                       _number(spread["sd"]), _number(spread["max_abs"]),
+                                       f"{spread['exactly_equal']}/{spread['n']}"]))
+    table.caption = plain(printable(
+        f"* primary outcome, margin {agreement['margin']}. First run: {agreement['first']['folder']}; second: "
+        f"{agreement['second']['folder']}; conditions in one run only: {agreement['only_first']} and "
+        f"{agreement['only_second']}"))
     return table

@@ -317,6 +317,33 @@ def noise_mini_1_1(root: Path) -> str:
                    "mean difference, nats", "sd", "95% CI", "TOST p", "two-sided p", "verdict", "flag"], rows)
 
 
+GRADED = Path("benchmarks/results/mini-noise-v4")
+
+
+def _count_range(stratum: dict[str, Any]) -> str:
+    low, high = stratum["range"]
+    return f"{low}" if low == high else f"{low}-{high}" if high is not None else f"> {low - 1}"
+
+
+def noise_mini_v4(root: Path) -> str:
+    """The graded noise study's run of record: per arm and frequency stratum, unused minus the stratum."""
+    report = result_file(root, GRADED / "confirmatory" / "noise_study.json")
+    primary = report["conclusion"]["primary_outcome"]
+    strata = {s["name"]: s for s in report["graded"]["strata"]}
+    rows = []
+    for e in (e for e in report["effects"] if e["primary"]):
+        name = e["comparison"].split(" - ", 1)[1]
+        means = report["class_means"][e["arm"]]
+        ci = f"[{e['ci'][0]:+.3f}, {e['ci'][1]:+.3f}]" if validity.effect_interval_allowed(e) and e["ci"] else "-"
+        direction = report["conclusion"]["per_stratum"][e["arm"]][name]["direction"]
+        rows.append([e["arm"], name, _count_range(strata[name]), f"{strata[name]['id_count']:,}", str(e["n_pairs"]),
+                     f"{means['unused'][primary]:.2f} / {means[name][primary]:.2f}", f"{e['mean_difference']:+.3f}",
+                     f"{e['sd']:.3f}", ci, f"{e['tost_p']:.2g}", f"{e['p_two_sided']:.2g}", direction,
+                     "; ".join(e["flags"]) or "-"])
+    return _table(["arm", "stratum", "training count", "ids", "prompts", "mean boost unused / stratum, nats",
+                   "unused - stratum", "sd", "95% CI", "TOST p", "two-sided p", "answer", "flag"], rows)
+
+
 def noise_mini_1_0(root: Path) -> str:
     """The noise study's default design on ``mini`` 1.0.0 (H200): every outcome's two comparisons, the answer."""
     report = result_file(root, SHIPPED / "noise_study" / "noise_study.json")
@@ -433,5 +460,6 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "tau-mini-1.0": tau_mini_1_0,
     "auroc-mini-1.0": auroc_mini_1_0,
     "noise-mini-1.1": noise_mini_1_1,
+    "noise-mini-v4": noise_mini_v4,
     "noise-mini-1.0": noise_mini_1_0,
 }

@@ -68,10 +68,15 @@ def _margin_band(ax, margin: Any) -> bool:
     return margin is not None
 
 
+def _comparison(effect: dict[str, Any]) -> str:
+    """The comparison's name, with its arm where the design has two (/4: the first pass, or a later canvas)."""
+    return f"{effect['arm']}: {effect.get('comparison')}" if "arm" in effect else str(effect.get("comparison"))
+
+
 def _draw_effect(ax, row: int, effect: dict[str, Any]) -> str:
     """One row: the mean and its CI (a hollow marker without one); returns the row's label, which says
     "no interval" or "no estimate" where the report has none."""
-    label, mean, interval = str(effect.get("comparison")), _finite(effect.get("mean_difference")), _interval(effect)
+    label, mean, interval = _comparison(effect), _finite(effect.get("mean_difference")), _interval(effect)
     if mean is None:
         return f"{label} (no estimate)"
     colour = figures.OKABE_ITO[0 if effect.get("verdict") == "equivalent" else 5]
@@ -180,7 +185,7 @@ def verdict_rows(report: dict[str, Any]) -> list[list[str]]:
     rows = []
     for e in report.get("effects", []):
         ci = e.get("ci")
-        rows.append([e["comparison"], e["outcome"] + (" *" if e.get("primary") else ""), str(e.get("n_pairs")),
+        rows.append([_comparison(e), e["outcome"] + (" *" if e.get("primary") else ""), str(e.get("n_pairs")),
                      number(e.get("mean_difference")), f"[{number(ci[0])}, {number(ci[1])}]" if ci and validity.effect_interval_allowed(e) else "-",
                      f"±{number(e.get('margin'))}", number(e.get("tost_p")), _verdict(e)])
     return rows

@@ -25,7 +25,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.generation.row_randomness import RowRandomness
 from canvaslab.studies.unused_tokens.plan import NoisePlan, PlannedPrompt
 
-POSITIONS = ("early", "middle", "late", "spread", "content")
+POSITIONS = ("early", "middle", "late", "spread", "content", "later")
 
 
 @dataclass(frozen=True)
@@ -85,18 +85,41 @@ def base_noise(seed: int, stream: str, canvas_length: int, vocab_size: int, devi
     return randomness.uniform_tokens("init", canvas_length, vocab_size, device)[0]
 
 
+def _grid(plan: NoisePlan):
+    """(prompt, seed, budget, count, position) in run order. In /4 plans the arm (position) varies before the count:
+    each arm starts from its own canvas, so its conditions form their own group with their own baseline."""
+    factors = plan.factors
+    if plan.graded is None:
+        yield from itertools.product(factors.prompts, factors.seeds, factors.budgets, factors.counts, factors.positions)
+        return
+    for prompt, seed, budget, position, count in itertools.product(factors.prompts, factors.seeds, factors.budgets,
+                                                                   factors.positions, factors.counts):
+        yield prompt, seed, budget, count, position
+
+
+def later_canvas_tokens(plan: NoisePlan, prompt_id: str, seed: int) -> list[int] | None:
+    """The later arm's registered starting canvas for a prompt and seed (/4 plans), else None."""
+    if plan.graded is None:
+        return None
+    return plan.graded.later["canvases"][f"{prompt_id}/s{seed}"]
+
+
 def enumerate_conditions(plan: NoisePlan) -> list[Condition]:
-    """Every condition, in run order: prompt, seed, budget, count, position, token class."""
+    """Every condition, in run order: prompt, seed, budget, count, position, token class (/4: position before
+    count, and the base id names the arm)."""
     factors, canvas = plan.factors, plan.model.canvas_length
     pools = {c: plan.token_pools.ids(c, plan.model.vocab_size) for c in factors.token_classes}
     conditions = []
-    grid = itertools.product(factors.prompts, factors.seeds, factors.budgets, factors.counts, factors.positions)
-    for prompt, seed, budget, count, position in grid:
+    for prompt, seed, budget, count, position in _grid(plan):
         base_id = f"{prompt.prompt_id}/s{seed}/b{budget}"
         cell_id = f"{base_id}/n{count}/{position}"
+        if plan.graded is not None:  # the prompt stays the id's head: prompt/s/b/arm/n (analysis.prompt_of)
+            base_id = f"{base_id}/{position}"
+            cell_id = f"{base_id}/n{count}"
         rng = design_rng(plan.seed, cell_id)
-        if position == "content":  # /3 plans: drawn among the content positions the plan lists for this base
-            where = plan.first_pass.content_positions[f"{prompt.prompt_id}/s{seed}"]
+        if position in ("content", "later"):  # /3 and /4 plans: drawn among the positions the plan lists
+            listed = plan.first_pass.content_positions if position == "content" else plan.graded.later["content_positions"]
+            where = listed[f"{prompt.prompt_id}/s{seed}"]
             positions = tuple(sorted(int(p) for p in rng.choice(where, size=count, replace=False)))
         else:
             positions = planted_positions(position, count, canvas, rng)

@@ -35,8 +35,9 @@ from typing import Any, Callable
 import torch
 
 from canvaslab.choices import NOISE_BATCH_SIZE
-from canvaslab.analysis.noise_study import (class_means, conclusion, condition_outcomes, first_pass_conclusion,
-                                            matched_cells, noise_study_effects, per_prompt_differences, prompt_of)
+from canvaslab.analysis.noise_study import (arm_of, class_means, conclusion, condition_outcomes, first_pass_conclusion,
+                                            graded_conclusion, graded_effects, matched_cells, noise_study_effects,
+                                            per_prompt_differences, prompt_of)
 from canvaslab.environment import environment_fingerprint
 from canvaslab.errors import CanvaslabError
 from canvaslab.generation import generate
@@ -47,7 +48,8 @@ from canvaslab.scoring.prompting import encode_prompt
 from canvaslab.studies.engine import Study, run_study, write_stored_views
 from canvaslab.studies.engine.plan import registered_plan, start_fresh
 from canvaslab.studies.unused_tokens.batch_safeguard import safeguard_entry, summarize_safeguard
-from canvaslab.studies.unused_tokens.conditions import Condition, base_noise, enumerate_conditions
+from canvaslab.studies.unused_tokens.conditions import Condition, base_noise, enumerate_conditions, later_canvas_tokens
+from canvaslab.studies.unused_tokens.graded import refuse_dtype
 from canvaslab.studies.unused_tokens.first_pass import MIN_PROMPTS, FirstPassCapture
 from canvaslab.studies.unused_tokens.plan import HASH_FILE, PLAN_FILE, NoisePlan, load_plan, plan_deviations
 from canvaslab.studies.unused_tokens.planted_observer import Observation, PlantedPositionObserver
@@ -111,6 +113,10 @@ class _RowRunner:
         self.loaded, self.plan, self.mode = loaded, plan, mode
 
     def _noise(self, condition: Condition) -> torch.Tensor:
+        """The canvas a condition plants into: the base noise, or the later arm's registered canvas (/4)."""
+        if condition.position == "later":
+            tokens = later_canvas_tokens(self.plan, condition.prompt.prompt_id, condition.seed)
+            return torch.tensor(tokens, dtype=torch.long, device=self.loaded.device)
         return base_noise(condition.seed, condition.stream, self.plan.model.canvas_length,
                           self.plan.model.vocab_size, self.loaded.device)
 
@@ -198,6 +204,8 @@ def _report(plan: NoisePlan, plan_hash: str, records: list[dict], planned: list[
             environment: dict | None, execution: dict) -> dict[str, Any]:
     conditions = finished_conditions(records, planned)
     outcomes = [o["name"] for o in plan.outcomes]
+    if plan.graded is not None:
+        return _graded_report(plan, plan_hash, conditions, planned, environment, execution, outcomes)
     if plan.first_pass is not None:
         return _first_pass_report(plan, plan_hash, conditions, planned, environment, execution, outcomes)
     effects = noise_study_effects(conditions, asdict(plan.analysis), outcomes)
@@ -244,6 +252,26 @@ def _first_pass_report(plan: NoisePlan, plan_hash: str, conditions: list[dict], 
                        "excluded_prompts": len(plan.first_pass.excluded_prompts), "power": plan.first_pass.power},
         "deviations_from_plan": plan_deviations(plan), "environment": environment,
     }
+
+
+def _graded_report(plan: NoisePlan, plan_hash: str, conditions: list[dict], planned: list[Condition],
+                   environment: dict | None, execution: dict, outcomes: list[str]) -> dict[str, Any]:
+    """A /4 plan's report: the /3 report's fields, with effects, class means and answers per arm and stratum."""
+    report = _first_pass_report(plan, plan_hash, conditions, planned, environment, execution, outcomes)
+    analysis = asdict(plan.analysis)
+    arms = {arm: [c for c in conditions if arm_of(c) == arm] for arm in plan.factors.positions}
+    effects = graded_effects(arms, analysis, outcomes, min_units=MIN_PROMPTS)
+    primary = analysis["primary_outcome"]
+    per_prompt = {f"{arm}: {a} - {b}": per_prompt_differences(matched_cells(records), a, b, primary)
+                  for arm, records in arms.items() for a, b in analysis["comparisons"]}
+    later = plan.graded.later
+    shares = list(later["committed_share"].values())
+    return {**report, "effects": effects, "per_prompt": per_prompt,
+            "class_means": {arm: class_means(records, outcomes) for arm, records in arms.items()},
+            "conclusion": graded_conclusion(effects, primary),
+            "graded": {"dtype": plan.graded.dtype, "strata": plan.graded.strata,
+                       "later_passes": sorted(set(later["passes"].values())),
+                       "later_committed_share": sum(shares) / len(shares) if shares else None}}
 
 
 class NoiseStudy(Study):
@@ -333,6 +361,9 @@ def run_noise_study(plan_dir: str | Path, loaded: LoadedModel | None = None, *, 
         raise CanvaslabError(f"--batch-size and --limit must be at least 1 (got {batch_size} and {limit})")
     plan_dir = Path(plan_dir)
     plan, plan_hash = load_plan(plan_dir)
+    dtype = refuse_dtype(plan, dtype)  # before any model loads
+    if loaded is not None and plan.graded is not None and str(loaded.model.dtype) != f"torch.{dtype}":
+        raise CanvaslabError(f"the model is loaded in {loaded.model.dtype}, this plan runs in {dtype} only")
     _refuse_old_results(plan_dir)
     if engine.pop("fresh", False):  # start the registered plan over: the old folder is kept, its plan copied back
         kept = start_fresh(plan_dir)

@@ -32,6 +32,8 @@ from canvaslab.studies.engine.plan import non_finite_at, refuse_non_finite
 from canvaslab.studies.unused_tokens.first_pass import DESIGNS as FIRST_PASS_DESIGNS
 from canvaslab.studies.unused_tokens.first_pass import FirstPassDesign
 from canvaslab.studies.unused_tokens.first_pass import check_plan as check_first_pass_plan
+from canvaslab.studies.unused_tokens.graded import DESIGNS as GRADED_DESIGNS
+from canvaslab.studies.unused_tokens.graded import GradedDesign, check_graded_plan
 from canvaslab.studies.unused_tokens.model_facts import ModelFacts
 from canvaslab.studies.unused_tokens.plan_schema import PLAN_SCHEMA
 from canvaslab.studies.unused_tokens.token_pools import TOKEN_CLASSES, TokenPools
@@ -190,20 +192,26 @@ class NoisePlan:
     # plans of schema /3 only (studies.unused_tokens.first_pass); absent from the JSON of /1 and /2 plans, so
     # their hashes are what they were
     first_pass: FirstPassDesign | None = None
+    # plans of schema /4 only (studies.unused_tokens.graded): absent from the JSON of earlier plans
+    graded: GradedDesign | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        if data["first_pass"] is None:
-            del data["first_pass"]
+        for name in ("first_pass", "graded"):
+            if data[name] is None:
+                del data[name]
+        if data["token_pools"]["strata"] is None:
+            del data["token_pools"]["strata"]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NoisePlan":
         factors = dict(data["factors"], prompts=[PlannedPrompt(**p) for p in data["factors"]["prompts"]])
         first_pass = FirstPassDesign(**data["first_pass"]) if data.get("first_pass") is not None else None
+        graded = GradedDesign(**data["graded"]) if data.get("graded") is not None else None
         return cls(**{**data, "model": ModelFacts(**data["model"]), "factors": Factors(**factors),
                       "token_pools": TokenPools(**data["token_pools"]), "analysis": Analysis(**data["analysis"]),
-                      "first_pass": first_pass})
+                      "first_pass": first_pass, "graded": graded})
 
 
 def canonical_json(data: dict[str, Any]) -> str:
@@ -312,6 +320,28 @@ def _refuse_results(directory: Path) -> None:
                              "replaced: use a new folder")
 
 
+def _graded_plan(model: str, facts: ModelFacts, pools: TokenPools, *, design: str, margin: float | None,
+                 token_counts: str | Path | None, seed: int, layers: int | None, model_seed: int, suite: str,
+                 pilot: str | Path | None, device: str, dtype: str, max_prompts: int | None) -> NoisePlan:
+    """A /4 plan: checked before the model loads (counts file, dtype, pilot), built in float32."""
+    from canvaslab.models import load_model
+    from canvaslab.studies.unused_tokens import graded
+    from canvaslab.studies.unused_tokens.first_pass_plan import check_choices
+    from canvaslab.studies.unused_tokens.graded_plan import build_graded_plan, graded_strata, graded_pilot_statistics
+
+    if (design == "graded-confirmatory") != (pilot is not None):
+        raise CanvaslabError("--pilot DIR (a finished graded-pilot) is needed by --design graded-confirmatory, and "
+                             "only by it")
+    check_choices("confirmatory" if pilot is not None else design, margin, seed, None if pilot is None else Path(pilot))
+    if dtype not in ("auto", graded.DTYPE):
+        raise CanvaslabError(f"--dtype {dtype}: the graded designs fix the outcome's dtype at {graded.DTYPE}")
+    graded_strata(pools, facts.vocab_size, token_counts)  # the counts file's refusals, before the model loads
+    statistics = None if pilot is None else graded_pilot_statistics(Path(pilot), facts, suite)
+    loaded = load_model(model, dtype=graded.DTYPE, device=device, layers=layers, seed=model_seed)
+    return build_graded_plan(loaded, facts, pools, design=design, seed=seed, margin=margin, suite=suite,
+                             statistics=statistics, token_counts=token_counts, max_prompts=max_prompts)
+
+
 def plan_deviations(plan: NoisePlan) -> list[str]:
     """Where today's analysis departs from a rule an older plan states (empty for a current plan)."""
     return list(OLDER_SCHEMAS.get(plan.schema, []))
@@ -327,13 +357,14 @@ def load_plan(directory: str | Path) -> tuple[NoisePlan, str]:
                              "`canvaslab noise-study plan`")
     plan = NoisePlan.from_dict(data)
     check_first_pass_plan(plan)
+    check_graded_plan(plan)
     return plan, digest
 
 
 def register_plan(directory: str | Path, model: str, *, design: str = "default", margin: float | None = None,
                   token_counts: str | Path | None = None, seed: int = 0, layers: int | None = None,
                   model_seed: int = 0, replace: bool = True, suite: str = "mini", pilot: str | Path | None = None,
-                  device: str = "cpu", dtype: str = "auto") -> tuple[NoisePlan, str]:
+                  device: str = "cpu", dtype: str = "auto", max_prompts: int | None = None) -> tuple[NoisePlan, str]:
     """Build the plan these choices make and register it in ``directory``; returns it and its hash.
 
     The ``/3`` designs (``first_pass.DESIGNS``) run the model's first pass on ``device`` to find each prompt's
@@ -344,11 +375,18 @@ def register_plan(directory: str | Path, model: str, *, design: str = "default",
     from canvaslab.studies.unused_tokens.token_pools import build_token_pools
 
     directory = Path(directory)
-    if design not in (*DESIGNS, *FIRST_PASS_DESIGNS):
-        raise CanvaslabError(f"--design {design!r} is not one of: {', '.join((*DESIGNS, *FIRST_PASS_DESIGNS))}")
+    designs = (*DESIGNS, *FIRST_PASS_DESIGNS, *GRADED_DESIGNS)
+    if design not in designs:
+        raise CanvaslabError(f"--design {design!r} is not one of: {', '.join(designs)}")
+    if max_prompts is not None and design != "graded-confirmatory":
+        raise CanvaslabError("--max-prompts is for --design graded-confirmatory only")
     facts, tokenizer = read_model_facts(model, layers, model_seed)
     pools = build_token_pools(tokenizer, facts.vocab_size, facts.generation_defaults, token_counts)
-    if design in FIRST_PASS_DESIGNS:
+    if design in GRADED_DESIGNS:
+        plan = _graded_plan(model, facts, pools, design=design, margin=margin, token_counts=token_counts, seed=seed,
+                            layers=layers, model_seed=model_seed, suite=suite, pilot=pilot, device=device,
+                            dtype=dtype, max_prompts=max_prompts)
+    elif design in FIRST_PASS_DESIGNS:
         from canvaslab.models import load_model
         from canvaslab.studies.unused_tokens.first_pass import pilot_statistics
         from canvaslab.studies.unused_tokens.first_pass_plan import build_first_pass_plan, check_choices

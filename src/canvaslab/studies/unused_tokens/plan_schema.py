@@ -14,7 +14,8 @@ def _object(properties: dict, extra: bool = False, optional: tuple[str, ...] = (
 
 
 PLAN_SCHEMA = _object({
-    "schema": {"enum": ["canvaslab.noise-study.plan/1", "canvaslab.noise-study.plan/2", "canvaslab.noise-study.plan/3"]},
+    "schema": {"enum": ["canvaslab.noise-study.plan/1", "canvaslab.noise-study.plan/2", "canvaslab.noise-study.plan/3",
+                        "canvaslab.noise-study.plan/4"]},
     "question": {"type": "string"},
     "design": {"type": "string"},
     "design_why": {"type": "string"},
@@ -36,9 +37,10 @@ PLAN_SCHEMA = _object({
         "other_settings": {"type": "string"},
     }),
     "factors": _object({
-        "token_classes": {"type": "array", "minItems": 2, "items": {"enum": ["unused", "random", "rare"]}},
+        "token_classes": {"type": "array", "minItems": 2, "items": {"enum": [
+            "unused", "random", "rare", "never_seen", "seen_1_2", "seen_3_10", "seen_11_100", "common"]}},
         "counts": _POSITIVE_INT_LIST,
-        "positions": {"type": "array", "minItems": 1, "items": {"enum": ["early", "middle", "late", "spread", "content"]}},
+        "positions": {"type": "array", "minItems": 1, "items": {"enum": ["early", "middle", "late", "spread", "content", "later"]}},
         "prompts": {"type": "array", "minItems": 1, "items": _object({
             "prompt_id": {"type": "string"}, "text": {"type": "string"},
             "token_ids": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
@@ -51,7 +53,8 @@ PLAN_SCHEMA = _object({
         "excluded_ids": _INT_LIST,
         "rare_ids": {**_INT_LIST, "minItems": 1},
         "rare_source": {"type": "object", "required": ["kind", "rule"]},
-    }),
+        "strata": {"type": "object", "additionalProperties": {**_INT_LIST, "minItems": 1}},
+    }, optional=("strata",)),
     "outcomes": {"type": "array", "minItems": 1, "items": _object({
         "name": {"type": "string"}, "level": {"enum": ["position", "generation"]},
         "unit": {"type": "string"}, "definition": {"type": "string"},
@@ -79,8 +82,19 @@ PLAN_SCHEMA = _object({
         "power": {"type": ["object", "null"]},
         "registration": {"type": "object"},
     }),
-}, optional=("first_pass",))
+    # /4 plans only
+    "graded": _object({
+        "dtype": {"const": "float32"},
+        "strata": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["name", "range", "id_count"]}},
+        "counts_source": {"type": "object", "required": ["sha256"]},
+        "later": {"type": "object", "required": ["passes", "canvases", "content_positions", "committed_share"]},
+    }),
+}, optional=("first_pass", "graded"))
 # A /3 plan must carry its first-pass design, and only a /3 plan may
-PLAN_SCHEMA["if"] = {"properties": {"schema": {"const": "canvaslab.noise-study.plan/3"}}}
-PLAN_SCHEMA["then"] = {"required": ["first_pass"]}
-PLAN_SCHEMA["else"] = {"not": {"required": ["first_pass"]}}
+PLAN_SCHEMA["allOf"] = [
+    {"if": {"properties": {"schema": {"enum": ["canvaslab.noise-study.plan/3", "canvaslab.noise-study.plan/4"]}}},
+     "then": {"required": ["first_pass"]}, "else": {"not": {"required": ["first_pass"]}}},
+    # the frequency-graded design (/4) carries its strata, dtype and later canvases, and only /4 does
+    {"if": {"properties": {"schema": {"const": "canvaslab.noise-study.plan/4"}}},
+     "then": {"required": ["graded"]}, "else": {"not": {"required": ["graded"]}}},
+]

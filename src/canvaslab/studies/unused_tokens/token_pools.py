@@ -49,6 +49,8 @@ class TokenPools:
     excluded_ids: list[int]
     rare_ids: list[int]
     rare_source: dict[str, Any]
+    # /4 plans: frequency stratum -> its ids (graded.STRATA); absent from the JSON of earlier plans
+    strata: dict[str, list[int]] | None = None
 
     def ids(self, token_class: str, vocab_size: int) -> np.ndarray:
         """The ids of one class, ascending."""
@@ -61,6 +63,8 @@ class TokenPools:
             return np.asarray(sorted(self.rare_ids), dtype=np.int64)
         if token_class == "random":
             return np.flatnonzero(_ordinary_mask(unused, self.excluded_ids))
+        if self.strata is not None and token_class in self.strata:
+            return np.asarray(sorted(self.strata[token_class]), dtype=np.int64)
         raise CanvaslabError(f"unknown token class {token_class!r} (one of: {', '.join(TOKEN_CLASSES)})")
 
 
@@ -68,6 +72,11 @@ def _ordinary_mask(unused: np.ndarray, excluded_ids: list[int]) -> np.ndarray:
     ordinary = ~unused
     ordinary[[i for i in excluded_ids if i < len(ordinary)]] = False
     return ordinary
+
+
+def ordinary_ids(pools: TokenPools, vocab_size: int) -> np.ndarray:
+    """The ids that are neither unused nor special: what the ordinary controls draw from."""
+    return pools.ids("random", vocab_size)
 
 
 def excluded_ids(tokenizer: PreTrainedTokenizerBase, generation_defaults: dict[str, Any], vocab_size: int) -> list[int]:
@@ -79,7 +88,7 @@ def excluded_ids(tokenizer: PreTrainedTokenizerBase, generation_defaults: dict[s
     return sorted(i for i in ids if 0 <= i < vocab_size)
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -92,7 +101,7 @@ def _rare_from_counts(counts: np.ndarray, ordinary: np.ndarray, path: Path) -> t
         raise CanvaslabError(f"--token-counts {path}: the corpus produced no ordinary token at all")
     order = np.lexsort((candidates, counts[candidates]))
     rare = candidates[order[:RARE_POOL_SIZE]]
-    source = {"kind": "corpus", "rule": CORPUS_RULE, "file": str(path), "sha256": _file_sha256(path),
+    source = {"kind": "corpus", "rule": CORPUS_RULE, "file": str(path), "sha256": file_sha256(path),
               "corpus_tokens": int(counts.sum()), "count_range": [int(counts[rare].min()), int(counts[rare].max())]}
     return sorted(int(i) for i in rare), source
 
