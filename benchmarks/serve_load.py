@@ -157,7 +157,8 @@ def side_by_side(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--side-by-side needs a core per batching ({len(args.batchings)}); this process has {len(cores)}")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "serve_load.json"
-    result = {"config": config_of(args), "runs": {}}
+    result = {"config": config_of(args), "runs": {},
+              "side_by_side": {"cores": cores[:len(args.batchings)], "torch_threads_per_arm": 1}}
     with tempfile.TemporaryDirectory(dir=args.out) as scratch:
         for mode in args.modes:
             arms = {batching: Path(scratch, f"{mode}-{batching}") for batching in args.batchings}
@@ -169,7 +170,6 @@ def side_by_side(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
                 arm = read_json(folder / "serve_load.json")
                 result.setdefault("environment", arm["environment"])
                 result["runs"].update(arm["runs"])
-            result["side_by_side"] = {"cores": cores[:len(args.batchings)], "torch_threads_per_arm": 1}
             write_json_atomic(path, result)
             record_result(path, shows=SHOWS + "; the batchings of a mode run at once, one pinned core each",
                           environment=result["environment"])
