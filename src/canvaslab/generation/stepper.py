@@ -193,7 +193,12 @@ class PassStepper:
         started = time.perf_counter()
         with self.mode.on(self.model):
             logits = self._decoder_pass(rows)
-            reports = [self._advance(row, logits[b:b + 1]) for b, row in enumerate(rows)]
+            for b, row in enumerate(rows):
+                self._denoise(row, logits[b:b + 1])
+            # one read back for the pass (each would wait for the device's queue): drafts and finished flags
+            ended = torch.stack([row.finished_denoising.all() for row in rows]).to(rows[0].argmax.dtype)
+            read = torch.cat([torch.cat([row.argmax for row in rows]), ended[:, None]], dim=1).tolist()
+            reports = [self._advance(row, values[:-1], bool(values[-1])) for row, values in zip(rows, read)]
         self.last_pass_seconds = time.perf_counter() - started
         return reports
 
@@ -251,8 +256,8 @@ class PassStepper:
         self._batched = (signature, batched, mask)
         return batched, mask
 
-    def _advance(self, row: RowState, logits: torch.Tensor) -> PassReport:
-        """transformers' step for the row alone on its ``logits``; the canvas's end and the next one's start."""
+    def _denoise(self, row: RowState, logits: torch.Tensor) -> None:
+        """The row's denoising step on its ``logits``: transformers' for the row alone, or the fused step."""
         cur_step = row.steps.pop(0)
         step = dict(current_canvas=row.canvas, argmax_canvas=row.argmax, input_ids=row.input_ids,
                     decoder_position_ids=row.decoder_position_ids, self_conditioning_logits=row.self_conditioning,
@@ -264,9 +269,12 @@ class PassStepper:
             with RowKeyedMultinomial(row.randomness):
                 row.canvas, row.argmax, row.self_conditioning, row.finished_denoising = self.model._denoising_step(
                     decoder_forward=lambda **_: SimpleNamespace(logits=logits), mask_mapping=None, cache=None, **step)
-        canvas, draft = row.canvas_index, row.argmax[0].tolist()
-        if row.steps and not bool(row.finished_denoising.all()):
-            return PassReport(row, canvas, draft, None, False)
+
+    def _advance(self, row: RowState, draft: list[int], finished: bool) -> PassReport:
+        """The row's report for the pass; its canvas's end and the next one's start when its canvas ended."""
+        if row.steps and not finished:
+            return PassReport(row, row.canvas_index, draft, None, False)
+        canvas = row.canvas_index
         committed = self._commit(row)
         return PassReport(row, canvas, draft, committed, row.done)
 
