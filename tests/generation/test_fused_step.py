@@ -217,8 +217,8 @@ def test_self_conditioning_taken_a_few_canvases_at_a_time_gives_the_same_generat
 
     prompts = [tiny_short_canvas.tokenizer(text)["input_ids"] for text in ("the water", "cold river", "a man said")]
     parts = []
-    original = fused_step._soft_embeddings
-    monkeypatch.setattr(fused_step, "_soft_embeddings", lambda logits, e: parts.append(len(logits)) or original(logits, e))
+    original = fused_step.soft_embeddings
+    monkeypatch.setattr(fused_step, "soft_embeddings", lambda logits, e: parts.append(len(logits)) or original(logits, e))
     whole = [_run(tiny_short_canvas, prompts, row) for row in range(3)]
     assert parts and set(parts) == {3}
     parts.clear()
@@ -276,3 +276,23 @@ def test_a_step_reads_nothing_back_to_the_host_after_a_canvas_first_pass(tiny_sh
                                                                             "max_new_tokens": 64}, seed=1)
     assert len(reads) >= 2 and all(seen == [] for seen in reads), reads
     assert all(len(row.stop_passes) == 2 for row in out.rows)
+
+
+def test_pass_by_pass_rows_take_the_fused_step_and_are_the_rows_alone(tiny_short_canvas, fused):
+    """Continuous batching's stepper, where the mode takes the fused step: each row, joining at another pass among
+    other rows, is the bytes ``generate`` gives it alone with the fused step (its drafts' canvases included)."""
+    from canvaslab.generation.stepper import PassStepper, generate_stepwise
+
+    texts = ("the man said that the water in the river was cold", "hello", "why is the sky blue ?")
+    prompts = [tiny_short_canvas.tokenizer(text)["input_ids"] for text in texts]
+    keys = [f"request {i}" for i in range(len(prompts))]
+    generation = {"max_denoising_steps": 3, "max_new_tokens": 64}
+    alone = [generate(tiny_short_canvas, [p], rng="row", requests=[k], mode="invariant", generation=generation).rows[0]
+             for p, k in zip(prompts, keys)]
+    calls_alone = len(fused)
+    assert calls_alone > 0 and PassStepper(tiny_short_canvas).fused
+    rows = generate_stepwise(tiny_short_canvas, prompts, keys, joins=[0, 1, 2], generation=generation)
+    assert len(fused) > calls_alone  # the stepper's rows took the fused step
+    for row, expected in zip(rows, alone):
+        assert (row.tokens, row.text, row.stop_point, row.passes) == \
+               (expected.tokens, expected.text, expected.stop_point, expected.passes)

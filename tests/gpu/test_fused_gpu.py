@@ -120,3 +120,21 @@ def test_rows_finishing_inside_cuda_graph_replays_give_the_eager_generation(monk
     for _ in range(2):  # the second call captures at the second pass
         assert summary(generate(loaded, prompts, mode="invariant", generation=generation)) == eager
         assert steps[-1].replays > 0 and steps[-1].graph_failures == [], steps[-1].graph_failures
+
+
+def test_pass_by_pass_rows_are_the_rows_alone_with_the_fused_step():
+    """Continuous batching's stepper on CUDA takes the fused step: rows joining at other passes among others are
+    the bytes ``generate`` gives each alone (real shapes, 2 layers, two canvases)."""
+    from canvaslab.generation import generate
+    from canvaslab.generation.stepper import generate_stepwise
+    from canvaslab.models import load_model
+
+    loaded = load_model("real-shapes", device="cuda", layers=2)
+    prompts = [[2, 105, 2364, 107, 3689, 563], [2, 9259], [2, 105, 7925, 563, 506, 7217, 3730, 236881]]
+    keys = [f"request {i}" for i in range(len(prompts))]
+    generation = {"max_denoising_steps": 4, "max_new_tokens": 512}
+    alone = [generate(loaded, [p], rng="row", requests=[k], mode="invariant", generation=generation).rows[0]
+             for p, k in zip(prompts, keys)]
+    rows = generate_stepwise(loaded, prompts, keys, joins=[0, 1, 3], generation=generation)
+    for row, expected in zip(rows, alone):
+        assert (row.tokens, row.stop_point, row.passes) == (expected.tokens, expected.stop_point, expected.passes)

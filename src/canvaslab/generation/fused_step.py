@@ -68,7 +68,7 @@ def _temperatures(logits_processor, steps) -> list[float] | None:
 SIGNAL_CANVASES = 8
 
 
-def _soft_embeddings(logits: torch.Tensor, embedding) -> torch.Tensor:
+def soft_embeddings(logits: torch.Tensor, embedding) -> torch.Tensor:
     from canvaslab.invariant.triton_kernels import row_reduce
 
     weight = embedding.weight
@@ -95,7 +95,7 @@ def streamed_self_conditioning(model):
         logits = kwargs.get("self_conditioning_logits")
         if logits is None or kwargs.get("self_conditioning_mask") is not None:
             return None
-        pending.append(torch.cat([_soft_embeddings(part, embedding) for part in logits.split(SIGNAL_CANVASES)]))
+        pending.append(torch.cat([soft_embeddings(part, embedding) for part in logits.split(SIGNAL_CANVASES)]))
         return args, {**kwargs, "self_conditioning_logits": None}
 
     def give_signal(module, args):

@@ -14,6 +14,11 @@ follows transformers' loop for a batch of one, with transformers' own pieces:
   temperature at the row's own step, its draws from its own stream, acceptance, renoising, its stopping rule),
   handed that row's logits; then the canvas ends, is finalized and the next one starts as in ``generate``.
 
+Where the mode takes the fused step (invariant mode on CUDA, ``Mode.streams_vocabulary``), a row's step is that
+step's (``canvaslab.generation.fused_step``) as ``generate`` runs it: the pass stops at ``lm_head`` (the logits
+stay bfloat16), the row's vocabulary pass, draw and renoising come from its own counter-based streams, and the
+next pass's self-conditioning signal is the fused step's. Only the CUDA graph is not taken: the pass is shared.
+
 In invariant mode the decoder pass is batch-invariant and padding-free per row (``canvaslab.invariant``), so a
 row's tokens, text, stop point and drafts are the bytes it gets from ``canvaslab.generate`` alone, whoever else
 shares its passes, joins or leaves. The stepper draws with ``rng="row"`` streams only (a shared stream would
@@ -33,6 +38,7 @@ import torch
 from transformers import DynamicCache
 
 from canvaslab.errors import CanvaslabError
+from canvaslab.generation.fused_step import FusedStep, soft_embeddings
 from canvaslab.generation.prompt_cache import sliding_windows_compacted
 from canvaslab.generation.row_randomness import RowRandomness
 from canvaslab.generation.runner import (
@@ -72,6 +78,8 @@ class RowState:
     finished_denoising: torch.Tensor | None = None
     steps: list[int] = field(default_factory=list)  # the canvas's remaining cur_step values, next first
     canvas_index: int = -1
+    canvas_mark: object = None  # a new object per canvas: how the fused step knows a canvas began
+    fused: FusedStep | None = None  # the row's fused step, where the mode takes it
     done: bool = False
     serial: int = 0  # the stepper's count of rows started: identifies the row in its batched cache
 
@@ -102,6 +110,8 @@ class PassStepper:
         decoder = anatomy.decoder(self.model)
         self._embedding = decoder.get_submodule(anatomy.EMBEDDING)
         self._self_conditioning = decoder.get_submodule(anatomy.SELF_CONDITIONING)
+        self.fused = self.mode.streams_vocabulary(self.model)
+        self._backbone, self._lm_head = self.model.get_submodule(anatomy.BACKBONE), anatomy.lm_head(self.model)
         self._batched: tuple[tuple, DynamicCache, torch.Tensor] | None = None
         self._started = 0
         self.last_pass_seconds = 0.0
@@ -145,6 +155,9 @@ class PassStepper:
             serial=self._started,
         )
         self._started += 1
+        if self.fused:
+            row.fused = FusedStep(model, randomness, fallback=model._denoising_step)
+            row.fused.cuda_graphs = False  # the pass is shared by the rows: only the row's own work is its step
         if not isinstance(row.cache, DynamicCache) or row.cache.is_compileable:
             raise CanvaslabError("pass-by-pass generation needs transformers' dynamic cache; this model's generation "
                                  f"config asks for cache_implementation={config.cache_implementation!r}")
@@ -165,6 +178,7 @@ class PassStepper:
             decoder_attention_mask=row.decoder_attention_mask, cache=row.cache, sampler=row.sampler,
             diffusion_stopping_criteria=row.stopper, batch_size=1, device=model.device, model_kwargs={})
         row.argmax = row.canvas
+        row.canvas_mark = object()
         row.steps = list(reversed(range(1, row.config.max_denoising_steps + 1)))
         row.canvas_index += 1
         row.canvases_left -= 1
@@ -179,28 +193,37 @@ class PassStepper:
         started = time.perf_counter()
         with self.mode.on(self.model):
             logits = self._decoder_pass(rows)
-            reports = [self._advance(row, logits[b:b + 1]) for b, row in enumerate(rows)]
+            for b, row in enumerate(rows):
+                self._denoise(row, logits[b:b + 1])
+            # one read back for the pass (each would wait for the device's queue): drafts and finished flags
+            ended = torch.stack([row.finished_denoising.all() for row in rows]).to(rows[0].argmax.dtype)
+            read = torch.cat([torch.cat([row.argmax for row in rows]), ended[:, None]], dim=1).tolist()
+            reports = [self._advance(row, values[:-1], bool(values[-1])) for row, values in zip(rows, read)]
         self.last_pass_seconds = time.perf_counter() - started
         return reports
 
     def _decoder_pass(self, rows: Sequence[RowState]) -> torch.Tensor:
+        """The rows' logits: the model's (softcapped, float32), or with the fused step ``lm_head``'s (bfloat16)."""
         cache, mask = self._batched_cache(rows)
         canvases = torch.cat([row.canvas for row in rows])
         masks = anatomy.decoder(self.model).create_diffusion_decoder_attention_mask(
             config=self.model.config, inputs_embeds=canvases.unsqueeze(-1), cache=cache, decoder_attention_mask=mask)
         signals = torch.cat([self._signal(row) for row in rows])
+        inputs = {"decoder_input_ids": canvases, "self_conditioning_logits": None, "decoder_attention_mask": masks,
+                  "cache": cache, "decoder_position_ids": torch.cat([row.decoder_position_ids for row in rows])}
         with self._signal_given(signals):
-            output = self.model.forward(decoder_input_ids=canvases, self_conditioning_logits=None,
-                                        decoder_attention_mask=masks, cache=cache,
-                                        decoder_position_ids=torch.cat([row.decoder_position_ids for row in rows]))
-        return output.logits
+            if self.fused:
+                return self._lm_head(self._backbone(**inputs).last_hidden_state)
+            return self.model.forward(**inputs).logits
 
     def _signal(self, row: RowState) -> torch.Tensor:
-        """The row's self-conditioning signal, as the decoder computes it for a batch of one."""
+        """The row's self-conditioning signal, as the decoder (or the fused step's) computes it for a batch of one."""
         embedding = self._embedding
         if row.self_conditioning is None:
             return torch.zeros(1, self.canvas_length, embedding.weight.shape[1], dtype=embedding.weight.dtype,
                                device=embedding.weight.device)
+        if self.fused:
+            return soft_embeddings(row.self_conditioning, embedding)
         probs = row.self_conditioning.softmax(dim=-1, dtype=torch.float32).to(embedding.weight.dtype)
         return torch.matmul(probs, embedding.weight) * embedding.embed_scale.to(embedding.weight.dtype)
 
@@ -233,21 +256,42 @@ class PassStepper:
         self._batched = (signature, batched, mask)
         return batched, mask
 
-    def _advance(self, row: RowState, logits: torch.Tensor) -> PassReport:
-        """transformers' step for the row alone on its ``logits``; the canvas's end and the next one's start."""
+    def _denoise(self, row: RowState, logits: torch.Tensor) -> None:
+        """The row's denoising step on its ``logits``: transformers' for the row alone, or the fused step."""
         cur_step = row.steps.pop(0)
-        with RowKeyedMultinomial(row.randomness):
-            row.canvas, row.argmax, row.self_conditioning, row.finished_denoising = self.model._denoising_step(
-                decoder_forward=lambda **_: SimpleNamespace(logits=logits), current_canvas=row.canvas,
-                argmax_canvas=row.argmax, input_ids=row.input_ids, decoder_position_ids=row.decoder_position_ids,
-                self_conditioning_logits=row.self_conditioning, mask_mapping=None, cache=None,
-                finished_denoising=row.finished_denoising, cur_step=cur_step, sampler=row.sampler,
-                logits_processor=row.logits_processor, diffusion_stopping_criteria=row.stopper)
-        canvas, draft = row.canvas_index, row.argmax[0].tolist()
-        if row.steps and not bool(row.finished_denoising.all()):
-            return PassReport(row, canvas, draft, None, False)
+        step = dict(current_canvas=row.canvas, argmax_canvas=row.argmax, input_ids=row.input_ids,
+                    decoder_position_ids=row.decoder_position_ids, self_conditioning_logits=row.self_conditioning,
+                    finished_denoising=row.finished_denoising, cur_step=cur_step, sampler=row.sampler,
+                    logits_processor=row.logits_processor, diffusion_stopping_criteria=row.stopper)
+        if row.fused is not None:
+            row.canvas, row.argmax, row.self_conditioning, row.finished_denoising = self._fused_step(row, logits, step)
+        else:
+            with RowKeyedMultinomial(row.randomness):
+                row.canvas, row.argmax, row.self_conditioning, row.finished_denoising = self.model._denoising_step(
+                    decoder_forward=lambda **_: SimpleNamespace(logits=logits), mask_mapping=None, cache=None, **step)
+
+    def _advance(self, row: RowState, draft: list[int], finished: bool) -> PassReport:
+        """The row's report for the pass; its canvas's end and the next one's start when its canvas ended."""
+        if row.steps and not finished:
+            return PassReport(row, row.canvas_index, draft, None, False)
+        canvas = row.canvas_index
         committed = self._commit(row)
         return PassReport(row, canvas, draft, committed, row.done)
+
+    def _fused_step(self, row: RowState, logits: torch.Tensor, step: dict) -> tuple:
+        """The row's fused step on its ``lm_head`` logits: its vocabulary pass stands in for the decoder pass
+        (written over ``logits``); the canvas's cache and mark tell it when a canvas begins."""
+        from canvaslab.invariant.triton_kernels import vocab_sample
+
+        def vocabulary_pass(backbone, lm_head, softcap, canvas, self_conditioning, seeds, temperature, *_):
+            return vocab_sample(logits, seeds, temperature, softcap, out=logits)
+
+        def softcapped(**_):  # the fallback (processors besides the schedule) takes the model's own logits
+            cap = self.model.final_logit_softcapping
+            return SimpleNamespace(logits=torch.tanh(logits.to(torch.float32) / cap) * cap)
+
+        row.fused._decoder_pass = vocabulary_pass
+        return row.fused(decoder_forward=softcapped, mask_mapping=row.canvas_mark, cache=row.cache, **step)
 
     def _commit(self, row: RowState) -> list[int]:
         """``generate``'s steps 1.d to 1.f for the row, and the next canvas's start unless the row is done."""
