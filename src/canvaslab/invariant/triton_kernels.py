@@ -216,7 +216,14 @@ def expert_schedule(counts: torch.Tensor, block_m: int = GROUPED_BLOCK_M) -> tup
     return torch.cumsum(counts, 0, dtype=torch.int32), torch.cumsum(tiles, 0, dtype=torch.int32)
 
 
-ROUTING_BLOCK, ROUTING_CHUNK = 2048, 128  # entries per program, entries per one-hot step within it
+ROUTING_CHUNK = 64  # entries per one-hot step of a grouping program
+
+
+def grouping_block(entries: int) -> int:
+    """Entries per grouping program: about 128 programs at the largest sizes (each re-reads the (programs, experts)
+    count table), at least 256 entries each. The grouping is exact integer work, so any plan gives the same
+    answer; this one only trades parallelism against the table's re-reads."""
+    return min(2048, max(256, triton.next_power_of_2(triton.cdiv(entries, 128))))
 
 
 @triton.jit
@@ -290,12 +297,14 @@ def expert_grouping(flat_experts: torch.Tensor, num_experts: int, top_k: int = 1
     if s == 0:
         return result
     ids = flat_experts.reshape(-1).contiguous()
-    blocks, e_block = triton.cdiv(s, ROUTING_BLOCK), triton.next_power_of_2(e)
+    block, e_block = grouping_block(s), triton.next_power_of_2(e)
+    blocks = triton.cdiv(s, block)
     hist = torch.empty((blocks, e), dtype=torch.int32, device=device)
-    _expert_histogram_kernel[(blocks,)](ids, hist, s, e, BLOCK=ROUTING_BLOCK, CHUNK=ROUTING_CHUNK, E_BLOCK=e_block)
+    _expert_histogram_kernel[(blocks,)](ids, hist, s, e, BLOCK=block, CHUNK=ROUTING_CHUNK, E_BLOCK=e_block,
+                                        num_warps=8)
     _expert_slots_kernel[(blocks,)](ids, hist, order, rows, slots, counts, group_ends, tile_ends, s, e, blocks, top_k,
-                                    TILE_M=block_m, BLOCK=ROUTING_BLOCK, CHUNK=ROUTING_CHUNK, E_BLOCK=e_block,
-                                    NB_CHUNK=max(1, 4096 // e_block))
+                                    TILE_M=block_m, BLOCK=block, CHUNK=ROUTING_CHUNK, E_BLOCK=e_block,
+                                    NB_CHUNK=max(1, 4096 // e_block), num_warps=8)
     return result
 
 

@@ -1,0 +1,56 @@
+"""The routing kernels compiled for the GPU, at the real model's sizes, against the ops they replace.
+
+The grouping is integer arithmetic: it must equal the stable sort path bit for bit at every size. The router's
+indices must equal the op path's, and each row must equal the row alone bit for bit; its float32 sums are the
+same tile reductions as ``row_reduce``'s, but the compiler chooses each kernel's reduction tree from its own
+layout, so its probabilities and weights are checked within a few float32 units of the op path's.
+Run: ``python -m pytest -q -m gpu tests/gpu``.
+"""
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+EXPERTS, TOP_K, CANVAS = 128, 8, 256
+
+
+@pytest.mark.parametrize("batch", [1, 3, 32, 128])
+def test_expert_grouping_equals_the_sorted_path(batch):
+    from canvaslab.invariant.triton_kernels import expert_grouping, expert_schedule
+
+    gen = torch.Generator().manual_seed(batch)
+    choice = torch.rand(batch * CANVAS, EXPERTS, generator=gen).topk(TOP_K, dim=-1).indices
+    choice[: CANVAS // 2] = torch.arange(TOP_K)  # crowded experts 0..7
+    flat = choice.reshape(-1).cuda()
+    got = expert_grouping(flat, EXPERTS, TOP_K)
+    order = torch.sort(flat, stable=True).indices
+    counts = torch.zeros(EXPERTS, dtype=torch.int64, device="cuda").index_add_(0, flat, torch.ones_like(flat))
+    slots = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device="cuda"))
+    assert torch.equal(got["order"], order) and torch.equal(got["slots"], slots)
+    assert torch.equal(got["rows"], order // TOP_K) and torch.equal(got["counts"], counts)
+    for got_part, expected in zip(got["schedule"], expert_schedule(counts)):
+        assert torch.equal(got_part, expected)
+
+
+def test_route_matches_the_op_path_and_rows_equal_alone():
+    from canvaslab.invariant import ops
+    from canvaslab.invariant.triton_kernels import route
+
+    gen = torch.Generator().manual_seed(0)
+    scores = (torch.randn(32 * CANVAS, EXPERTS, generator=gen) * 2).to("cuda", torch.bfloat16)
+    scores[0, :16] = 1.0  # ties
+    expert_scale = (torch.rand(EXPERTS, generator=gen) + 0.5).to("cuda", torch.bfloat16)
+    probabilities, weights, index = route(scores, expert_scale, TOP_K)
+    with ops.batch_invariant("cuda"):
+        stock_probabilities = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32)
+        stock_weights, stock_index = torch.topk(stock_probabilities, k=TOP_K, dim=-1)
+        stock_weights /= stock_weights.sum(dim=-1, keepdim=True)
+        stock_weights = stock_weights * expert_scale[stock_index]
+    assert torch.equal(index, stock_index)
+    torch.testing.assert_close(probabilities, stock_probabilities, rtol=1e-6, atol=0)  # a few float32 units
+    torch.testing.assert_close(weights, stock_weights, rtol=1e-6, atol=0)  # a few float32 units
+    for row in (0, 63, 64, 255, 8191):
+        alone = route(scores[row:row + 1], expert_scale, TOP_K)
+        for full, one in zip((probabilities, weights, index), alone):
+            assert torch.equal(full[row], one[0]), row
