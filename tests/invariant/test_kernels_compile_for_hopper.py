@@ -125,6 +125,7 @@ def test_long_k_matmul_plan_expert_combine_and_gathering_grouped_kernel_compile_
     _compile_in_a_fresh_process(COMPILE_MATMUL_AND_COMBINE)
 
 
+@pytest.mark.slow
 def test_routing_kernels_compile_for_hopper():
     # The experts' grouping at B=128's 262,144 entries over 128 experts, and the router at 128 experts, top-8.
     _compile_in_a_fresh_process(COMPILE_ROUTING)

@@ -159,3 +159,4 @@ def test_fused_routers_forward_equals_transformers_and_comes_off_on_exit():
     assert "forward" not in vars(router)
     for name, f, s in zip(("probabilities", "weights", "indices"), fused, stock):
         assert torch.equal(f, s), name
+

@@ -654,6 +654,15 @@ def _vocab_sample_kernel(logits_ptr, out_ptr, seeds_ptr, entropy_ptr, argmax_ptr
     tl.store(sample_ptr + rows, drawn.to(tl.int64), mask=row_mask)
 
 
+@triton.jit
+def _next_largest(x, nan, free, offs, BLOCK: tl.constexpr):
+    """Per row, the column of the largest value still ``free``, the lowest among equals; NaN above everything."""
+    any_nan = tl.max(tl.where(free & nan, 1, 0), axis=1)[:, None]
+    top = tl.max(tl.where(free & ~nan, x, float("-inf")), axis=1)[:, None]
+    candidates = free & tl.where(any_nan > 0, nan, (x == top) & ~nan)
+    return tl.min(tl.where(candidates, offs, BLOCK), axis=1)
+
+
 @triton.jit(do_not_specialize=["R"])
 def _topk_kernel(x_ptr, values_ptr, indices_ptr, R, D, s_x, K: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     # k rounds of "the largest value not taken, the lowest index among equals; NaN above everything": the order
@@ -666,10 +675,7 @@ def _topk_kernel(x_ptr, values_ptr, indices_ptr, R, D, s_x, K: tl.constexpr, ROW
     x = tl.load(row_start[:, None] + offs, mask=free, other=0.0).to(tl.float32)
     nan = x != x
     for j in tl.static_range(K):
-        any_nan = tl.max(tl.where(free & nan, 1, 0), axis=1)[:, None]
-        top = tl.max(tl.where(free & ~nan, x, float("-inf")), axis=1)[:, None]
-        candidates = free & tl.where(any_nan > 0, nan, (x == top) & ~nan)
-        at = tl.min(tl.where(candidates, offs, BLOCK), axis=1)
+        at = _next_largest(x, nan, free, offs, BLOCK)
         value = tl.load(row_start + at, mask=row_mask)  # the chosen element's own bits (-0.0, a NaN's payload)
         tl.store(values_ptr + rows * K + j, value, mask=row_mask)
         tl.store(indices_ptr + rows * K + j, at.to(tl.int64), mask=row_mask)
@@ -716,10 +722,7 @@ def _router_kernel(scores_ptr, expert_scale_ptr, probs_ptr, weights_ptr, indices
     chosen = tl.zeros((ROWS, K_BLOCK), dtype=tl.float32)
     chosen_at = tl.zeros((ROWS, K_BLOCK), dtype=tl.int32)
     for j in tl.static_range(K):
-        any_nan = tl.max(tl.where(free & nan, 1, 0), axis=1)[:, None]
-        best = tl.max(tl.where(free & ~nan, probs, float("-inf")), axis=1)[:, None]
-        candidates = free & tl.where(any_nan > 0, nan, (probs == best) & ~nan)
-        at = tl.min(tl.where(candidates, offs, BLOCK), axis=1)
+        at = _next_largest(probs, nan, free, offs, BLOCK)
         value = tl.sum(tl.where(offs == at[:, None], probs, 0.0), axis=1)  # the one term: its bits (probs >= +0)
         chosen = tl.where(ks == j, value[:, None], chosen)
         chosen_at = tl.where(ks == j, at[:, None], chosen_at)
