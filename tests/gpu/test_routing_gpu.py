@@ -54,3 +54,48 @@ def test_route_matches_the_op_path_and_rows_equal_alone():
         alone = route(scores[row:row + 1], expert_scale, TOP_K)
         for full, one in zip((probabilities, weights, index), alone):
             assert torch.equal(full[row], one[0]), row
+
+
+def _old_experts_path(module, x, index, weights):
+    """The eager CUDA experts before the grouping kernels: stable sort, counts, scatter, then the same GEMMs."""
+    from canvaslab.invariant.experts import _grouped_on_cuda
+    from canvaslab.invariant.triton_kernels import combine_experts, expert_schedule
+
+    tokens, top_k = index.shape
+    flat = index.reshape(-1)
+    order = torch.sort(flat, stable=True).indices
+    counts = torch.zeros(module.num_experts, dtype=torch.int64, device="cuda")
+    counts.index_add_(0, flat, torch.ones_like(flat))
+    slots = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device="cuda"))
+    outputs = _grouped_on_cuda(module, x, expert_schedule(counts), rows=order // top_k)
+    return combine_experts(outputs, slots.view(tokens, top_k), weights)
+
+
+def test_experts_with_the_grouping_kernels_equal_the_sorted_path_and_tokens_alone():
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextExperts
+
+    from canvaslab.invariant.experts import invariant_experts_forward
+    from canvaslab.models.presets import REAL_SHAPES
+
+    config = REAL_SHAPES.build_config(layers=1).text_config
+    with torch.device("cuda"):
+        module = DiffusionGemmaTextExperts(config).to(torch.bfloat16)
+    with torch.no_grad():
+        module.gate_up_proj.copy_(_random(module.gate_up_proj.shape, 1) / config.hidden_size ** 0.5)
+        module.down_proj.copy_(_random(module.down_proj.shape, 2) / config.moe_intermediate_size ** 0.5)
+    gen = torch.Generator().manual_seed(3)
+    tokens = 4 * CANVAS
+    x = _random((tokens, config.hidden_size), 4)
+    index = torch.rand(tokens, config.num_experts, generator=gen).topk(config.top_k_experts, dim=-1).indices.cuda()
+    weights = torch.rand(tokens, config.top_k_experts, generator=gen).cuda()
+    with torch.no_grad():
+        new = invariant_experts_forward(module, x, index, weights)
+        assert torch.equal(new, _old_experts_path(module, x, index, weights))
+        for token in (0, 255, 1023):
+            one = slice(token, token + 1)
+            alone = invariant_experts_forward(module, x[one], index[one], weights[one])
+            assert torch.equal(new[token], alone[0]), token
+
+
+def _random(shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to("cuda", torch.bfloat16)

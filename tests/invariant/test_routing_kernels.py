@@ -58,13 +58,13 @@ def test_expert_grouping_is_the_stable_sort_whatever_the_block(block, monkeypatc
 
 
 def test_grouping_block_is_a_power_of_two_from_256_to_2048():
-    assert [triton_kernels.grouping_block(n) for n in (1, 2048, 256 * 128 + 1, 262_144, 10 ** 7)] == [256, 256, 512, 2048,
-                                                                                                      2048]
+    sizes = (1, 2048, 256 * 128 + 1, 262_144, 10 ** 7)
+    assert [triton_kernels.grouping_block(n) for n in sizes] == [256, 256, 512, 2048, 2048]
 
 
 @settings(max_examples=4, deadline=None)
-@given(tokens=st.integers(1, 300), experts=st.integers(1, 140), top_k=st.integers(1, 8), block_m=st.sampled_from([1, 3, 128]),
-       seed=st.integers(0, 99))
+@given(tokens=st.integers(1, 300), experts=st.integers(1, 140), top_k=st.integers(1, 8),
+       block_m=st.sampled_from([1, 3, 128]), seed=st.integers(0, 99))
 def test_expert_grouping_is_the_stable_sort_at_random_sizes(tokens, experts, top_k, block_m, seed):
     _assert_grouping_is_the_sort(_ids(tokens * top_k, experts, seed), experts, top_k, block_m)
 
