@@ -11,6 +11,7 @@ import os
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 triton_kernels = pytest.importorskip("canvaslab.invariant.triton_kernels")
 
@@ -160,3 +161,54 @@ def test_fused_routers_forward_equals_transformers_and_comes_off_on_exit():
     for name, f, s in zip(("probabilities", "weights", "indices"), fused, stock):
         assert torch.equal(f, s), name
 
+
+
+class _Launches(TorchDispatchMode):
+    """Counts Triton launches (by kernel name) and the aten ops that compute outside them (allocations and views
+    aside; the interpreter's own copies during a launch are not the code's)."""
+
+    ALLOCATIONS_AND_VIEWS = ("empty", "zeros", "view", "reshape", "_unsafe_view", "alias", "as_strided", "detach")
+
+    def __init__(self, monkeypatch):
+        super().__init__()
+        self.triton, self.aten, self.launching = [], [], False
+        for name, kernel in vars(triton_kernels).items():
+            if name.endswith("_kernel"):  # launched; the other jit functions are called from kernels
+                monkeypatch.setattr(triton_kernels, name, self._counted(name, kernel))
+
+    def _counted(self, name, kernel):
+        counter = self
+
+        class Counted:
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    counter.triton.append(name)
+                    counter.launching = True
+                    try:
+                        return kernel[grid](*args, **kwargs)
+                    finally:
+                        counter.launching = False
+                return launch
+        return Counted()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.launching and func.overloadpacket.__name__ not in self.ALLOCATIONS_AND_VIEWS:
+            self.aten.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_grouping_is_two_launches_and_the_router_one(monkeypatch):
+    counted = _Launches(monkeypatch)
+    ids = _ids(300 * 8, 128, 3)
+    scores, expert_scale = _scores(300, 128, torch.bfloat16, seed=4)
+    with counted:
+        triton_kernels.expert_grouping(ids, 128, 8)
+    assert counted.triton == ["_expert_histogram_kernel", "_expert_slots_kernel"] and counted.aten == []
+    counted.triton.clear()
+    with counted:
+        triton_kernels.route(scores, expert_scale, 8)
+    assert counted.triton == ["_router_kernel"] and counted.aten == []
+    with counted:  # what they replace: a dozen aten ops for the grouping (a radix sort among them), six for the router
+        _sorted_path(ids, 128, 8, triton_kernels.GROUPED_BLOCK_M)
+        _router_ops(scores, expert_scale, 8)
+    assert "aten.sort.stable" in counted.aten and len(counted.aten) >= 17
