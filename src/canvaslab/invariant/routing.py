@@ -4,7 +4,8 @@ Stock, each DiffusionGemma router follows its projection with a float32 softmax,
 an index and a product: with invariant mode's kernels in their place (``row_reduce``, ``topk_rows``), six or
 seven launches per layer and pass. ``fused_routers`` points every router module's ``forward`` at transformers'
 own steps up to the projection followed by ``triton_kernels.route``, which computes the rest in one launch
-with the same operations and tile plan as those kernels (``docs/invariant-generation.md``, "Kernels").
+with the same operations and tile plan as those kernels (``docs/invariant-generation.md``, "What invariant mode
+replaces").
 Compiled code keeps transformers' forward (its ops map onto ``canvaslab::`` ops, ``canvaslab.invariant.compiled``).
 """
 

@@ -13,11 +13,15 @@
   (the softmax family finds a row's max and sum of exponentials in one online pass).
 - ``rms_norm``: the model's RMSNorm in one launch with the same row plan (stock is ~8 launches, one of
   them the mean; at B=1 the host's launch cost, not the GPU, sets the pace).
+- ``expert_grouping``: the routed entries in a stable sort's order, its inverse and the grouped schedule, in two
+  integer launches (per-block counts; then a scan over the blocks and each block's ranks).
+- ``route``: a router after its projection (softmax, top-k, renormalisation, scales) in one launch, with the
+  operations and tile plan of ``row_reduce`` and ``topk_rows``.
 
 Row counts are marked ``do_not_specialize``: Triton would otherwise compile a separate kernel for
 M == 1 or M divisible by 16, and a row's arithmetic must come from one compiled kernel at every batch.
 
-All four run under ``TRITON_INTERPRET=1`` on the CPU, which is how the tests check their logic without a GPU.
+All run under ``TRITON_INTERPRET=1`` on the CPU, which is how the tests check their logic without a GPU.
 """
 
 from __future__ import annotations
