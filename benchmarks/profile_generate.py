@@ -66,7 +66,7 @@ KERNEL_CLASSES = (
     ("dense matmul", r"nvjet|gemm|_matmul_kernel|_sum_splits|cutlass.*(?<!fmha)_tensorop|sm90_xmma"),
     ("attention", r"fmha|attention|flash"),
     ("norms and softmax", r"_rms_norm|_row_kernel|softmax|norm"),
-    ("sort and top-k", r"[Ss]ort|topk|[Rr]adix|[Ss]can"),
+    ("sort and top-k", r"[Ss]ort|topk|[Rr]adix|[Ss]can|_expert_histogram|_expert_slots|_router_kernel"),
     ("memory and elementwise", r"[Mm]emcpy|[Mm]emset|copy|[Cc]at|elementwise|fill|index|scatter|gather|reduce"),
 )
 

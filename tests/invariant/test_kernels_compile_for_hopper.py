@@ -1,4 +1,4 @@
-"""The fused sampler's, the long-K matmul plan's and the expert combine's Triton kernels compiled for the
+"""The fused sampler's, the long-K matmul plan's, the expert combine's and the routing Triton kernels compiled for the
 H200 (sm_90) on the CPU, with Triton's own compiler and bundled ptxas: no GPU needed.
 
 Triton's CPU interpreter runs a kernel's Python, so it accepts things the compiler rejects (a module-level
@@ -78,6 +78,35 @@ print("compiled")
 """
 
 
+COMPILE_ROUTING = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from canvaslab.invariant import triton_kernels as tk
+
+
+def compile(fn, signature, constexprs, warps):
+    signature = {**signature, **dict.fromkeys(constexprs, "constexpr")}
+    kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+                            target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    assert kernel.asm["cubin"]
+
+
+block = tk.grouping_block(262_144)
+counting = {"BLOCK": block, "CHUNK": tk.ROUTING_CHUNK, "E_BLOCK": 128}
+compile(tk._expert_histogram_kernel, {"ids_ptr": "*i64", "hist_ptr": "*i32", "N": "i32", "E": "i32"}, counting, 8)
+compile(tk._expert_slots_kernel, {"ids_ptr": "*i64", "hist_ptr": "*i32", "order_ptr": "*i64", "rows_ptr": "*i64",
+                                  "slots_ptr": "*i64", "counts_ptr": "*i64", "group_ends_ptr": "*i32",
+                                  "tile_ends_ptr": "*i32", "N": "i32", "E": "i32", "NB": "i32", "TOP_K": "i32"},
+        {**counting, "TILE_M": tk.GROUPED_BLOCK_M, "NB_CHUNK": 32}, 8)
+rows, width, warps = tk.row_shape(128)
+compile(tk._router_kernel, {"scores_ptr": "*bf16", "expert_scale_ptr": "*bf16", "probs_ptr": "*fp32",
+                            "weights_ptr": "*fp32", "indices_ptr": "*i64", "R": "i32", "E": "i32", "s_x": "i32"},
+        {"K": 8, "ROWS": rows, "BLOCK": width, "K_BLOCK": 8}, warps)
+print("compiled")
+"""
+
+
 def _compile_in_a_fresh_process(script: str, *args: str) -> None:
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # the compiler's default; set to keep newer Triton versions quiet
@@ -94,3 +123,9 @@ def test_long_k_matmul_plan_expert_combine_and_gathering_grouped_kernel_compile_
     # The wide self-conditioning plan (128 x 256 tiles, 8 warps, grouped order), the combine kernel and the
     # grouped experts' kernel gathering its rows.
     _compile_in_a_fresh_process(COMPILE_MATMUL_AND_COMBINE)
+
+
+@pytest.mark.slow
+def test_routing_kernels_compile_for_hopper():
+    # The experts' grouping at B=128's 262,144 entries over 128 experts, and the router at 128 experts, top-8.
+    _compile_in_a_fresh_process(COMPILE_ROUTING)

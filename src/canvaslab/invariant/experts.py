@@ -1,6 +1,9 @@
 """Batch-invariant mixture-of-experts through transformers' ``ExpertsInterface``.
 
-Tokens are grouped by expert with a stable sort (one answer, whatever the batch). On CUDA both
+Tokens are grouped by expert in a stable sort's order (one answer, whatever the batch): on CUDA (eager) by two
+integer Triton launches that also give the inverse order and the tile schedule
+(``triton_kernels.expert_grouping``, in place of a radix sort, counts, a scatter and cumulative sums), elsewhere
+by ``torch.sort(stable=True)``. On CUDA both
 projections run as one grouped Triton launch each (``triton_kernels.grouped_linear``): fixed tiles,
 the whole K range reduced in order, the tile schedule computed on the device. On the CPU each expert's
 tokens go through ``F.linear`` (so the CPU's batch-invariant matmul computes them). Compiled code calls
@@ -22,13 +25,13 @@ from canvaslab.invariant import custom_ops
 NAME = "canvaslab_invariant"
 
 
-def _grouped_on_cuda(self, routed: torch.Tensor, counts: torch.Tensor,
+def _grouped_on_cuda(self, routed: torch.Tensor, schedule: tuple[torch.Tensor, torch.Tensor],
                      rows: torch.Tensor | None = None) -> torch.Tensor:
-    """Both projections of the routed rows: ``routed`` itself, or with ``rows`` the rows ``routed[rows]``
-    (gathered by the first kernel's loads)."""
-    from canvaslab.invariant.triton_kernels import expert_schedule, grouped_linear
+    """Both projections of the routed rows (``schedule``: ``triton_kernels.expert_schedule``'s): ``routed``
+    itself, or with ``rows`` the rows ``routed[rows]`` (gathered by the first kernel's loads)."""
+    from canvaslab.invariant.triton_kernels import grouped_linear
 
-    transposed, schedule = getattr(self, "is_transposed", False), expert_schedule(counts)
+    transposed = getattr(self, "is_transposed", False)
     gated = self._apply_gate(grouped_linear(routed, self.gate_up_proj, schedule, transposed, rows=rows))
     return grouped_linear(gated, self.down_proj, schedule, transposed)
 
@@ -55,24 +58,32 @@ def invariant_experts_forward(self, hidden_states: torch.Tensor, top_k_index: to
                               top_k_weights: torch.Tensor) -> torch.Tensor:
     if getattr(self, "has_bias", False) or getattr(self, "has_post_expert_norm", False):
         raise NotImplementedError("canvaslab's invariant experts support gated experts without biases or post-norm")
+    if hidden_states.is_cuda and not torch.compiler.is_compiling():
+        return _experts_on_cuda(self, hidden_states, top_k_index, top_k_weights)
     tokens, top_k = top_k_index.shape
     flat_experts = top_k_index.reshape(-1)
     order = torch.sort(flat_experts, stable=True).indices
     # Counted with integer atomics (exact in any order); bincount would wait for the GPU to size its output.
     counts = torch.zeros(self.num_experts, dtype=torch.int64, device=flat_experts.device)
     counts.index_add_(0, flat_experts, torch.ones_like(flat_experts))
-    if hidden_states.is_cuda and not torch.compiler.is_compiling():
-        from canvaslab.invariant.triton_kernels import combine_experts
-
-        slots = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
-        outputs = _grouped_on_cuda(self, hidden_states, counts, rows=order // top_k)
-        return combine_experts(outputs, slots.view(tokens, top_k), top_k_weights)
     routed = hidden_states[order // top_k]
     # Compiled code (the grouped products as custom ops; Inductor fuses the combine) and the CPU
     compute = _grouped_ops if torch.compiler.is_compiling() else _per_expert_on_cpu
     outputs = torch.empty_like(routed)
     outputs[order] = compute(self, routed, counts)
     return combine_in_order(outputs.view(tokens, top_k, -1), top_k_weights).to(hidden_states.dtype)
+
+
+def _experts_on_cuda(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                     top_k_weights: torch.Tensor) -> torch.Tensor:
+    """Eager CUDA: grouping (two launches), both projections (one each), the combine (one). The kernels also run
+    on CPU tensors under ``TRITON_INTERPRET=1``, which is how the tests reach this path without a GPU."""
+    from canvaslab.invariant.triton_kernels import combine_experts, expert_grouping
+
+    tokens, top_k = top_k_index.shape
+    grouping = expert_grouping(top_k_index.reshape(-1), self.num_experts, top_k)
+    outputs = _grouped_on_cuda(self, hidden_states, grouping["schedule"], rows=grouping["rows"])
+    return combine_experts(outputs, grouping["slots"].view(tokens, top_k), top_k_weights)
 
 
 def combine_in_order(outputs: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ from canvaslab.errors import CanvaslabError
 from canvaslab.invariant import attention, experts, ops
 from canvaslab.invariant.norms import fused_rms_norms
 from canvaslab.invariant.padding import per_row_positions
+from canvaslab.invariant.routing import fused_routers
 from canvaslab.invariant.rowwise import rowwise
 from canvaslab.invariant.vocabulary import per_canvas_lm_head
 from canvaslab.models.loading import compiles_generate
@@ -109,6 +110,7 @@ class Invariant(Mode):
             stack.enter_context(attention.mask_caches())  # kept while the mode is on, no longer
             if self.swaps_cuda_modules(model):
                 stack.enter_context(fused_rms_norms(model))
+                stack.enter_context(fused_routers(model))
                 stack.enter_context(per_canvas_lm_head(model))
             stack.enter_context(_implementations(model, attention.NAME))
             stack.enter_context(ops.batch_invariant(model.device.type))
@@ -125,6 +127,8 @@ class Invariant(Mode):
                 "dense matmuls: cuBLAS in whole 256-row blocks for shapes a per-process check finds batch-invariant, "
                 "Triton otherwise (CUDA)",
                 "RMSNorm: one fused kernel, with the query/key rotary embedding (CUDA)",
+                "router: softmax, top-k, renormalisation and scales in one kernel (CUDA)",
+                "experts' grouping: two integer kernels in place of a stable sort (CUDA)",
                 "lm_head: one cuBLAS call per canvas (CUDA)", "sampling: per-row streams",
                 "denoising step: one streamed pass over the vocabulary, Philox draws (CUDA)"]
 

@@ -13,11 +13,15 @@
   (the softmax family finds a row's max and sum of exponentials in one online pass).
 - ``rms_norm``: the model's RMSNorm in one launch with the same row plan (stock is ~8 launches, one of
   them the mean; at B=1 the host's launch cost, not the GPU, sets the pace).
+- ``expert_grouping``: the routed entries in a stable sort's order, its inverse and the grouped schedule, in two
+  integer launches (per-block counts; then a scan over the blocks and each block's ranks).
+- ``route``: a router after its projection (softmax, top-k, renormalisation, scales) in one launch, with the
+  operations and tile plan of ``row_reduce`` and ``topk_rows``.
 
 Row counts are marked ``do_not_specialize``: Triton would otherwise compile a separate kernel for
 M == 1 or M divisible by 16, and a row's arithmetic must come from one compiled kernel at every batch.
 
-All four run under ``TRITON_INTERPRET=1`` on the CPU, which is how the tests check their logic without a GPU.
+All run under ``TRITON_INTERPRET=1`` on the CPU, which is how the tests check their logic without a GPU.
 """
 
 from __future__ import annotations
@@ -214,6 +218,98 @@ def expert_schedule(counts: torch.Tensor, block_m: int = GROUPED_BLOCK_M) -> tup
     each program's expert and rows. Computed once per layer for both projections."""
     tiles = torch.div(counts + block_m - 1, block_m, rounding_mode="floor")
     return torch.cumsum(counts, 0, dtype=torch.int32), torch.cumsum(tiles, 0, dtype=torch.int32)
+
+
+ROUTING_CHUNK = 64  # entries per one-hot step of a grouping program
+
+
+def grouping_block(entries: int) -> int:
+    """Entries per grouping program: about 128 programs at the largest sizes (each re-reads the (programs, experts)
+    count table), at least 256 entries each. The grouping is exact integer work, so any plan gives the same
+    answer; this one only trades parallelism against the table's re-reads."""
+    return min(2048, max(256, triton.next_power_of_2(triton.cdiv(entries, 128))))
+
+
+@triton.jit
+def _one_hot(ids_ptr, entries, N, E, E_BLOCK: tl.constexpr):
+    """(CHUNK, E_BLOCK) int32: entry i's row is 1 at its expert; entries past N are all zeros."""
+    ids = tl.load(ids_ptr + entries, mask=entries < N, other=-1).to(tl.int32)
+    return (ids[:, None] == tl.arange(0, E_BLOCK)[None, :]).to(tl.int32)
+
+
+@triton.jit(do_not_specialize=["N"])
+def _expert_histogram_kernel(ids_ptr, hist_ptr, N, E, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
+                             E_BLOCK: tl.constexpr):
+    block = tl.program_id(0)
+    counts = tl.zeros((E_BLOCK,), dtype=tl.int32)
+    for i in range(0, BLOCK // CHUNK):
+        entries = block * BLOCK + i * CHUNK + tl.arange(0, CHUNK)
+        counts += tl.sum(_one_hot(ids_ptr, entries, N, E, E_BLOCK), axis=0)
+    experts = tl.arange(0, E_BLOCK)
+    tl.store(hist_ptr + block * E + experts, counts, mask=experts < E)
+
+
+@triton.jit(do_not_specialize=["N", "NB"])
+def _expert_slots_kernel(ids_ptr, hist_ptr, order_ptr, rows_ptr, slots_ptr, counts_ptr, group_ends_ptr,
+                         tile_ends_ptr, N, E, NB, TOP_K, TILE_M: tl.constexpr, BLOCK: tl.constexpr,
+                         CHUNK: tl.constexpr, E_BLOCK: tl.constexpr, NB_CHUNK: tl.constexpr):
+    block = tl.program_id(0)
+    experts = tl.arange(0, E_BLOCK)
+    totals = tl.zeros((E_BLOCK,), dtype=tl.int32)  # each expert's entries in the whole input
+    before = tl.zeros((E_BLOCK,), dtype=tl.int32)  # ... in the blocks before this one
+    for first in range(0, NB, NB_CHUNK):  # every program re-reads the small (blocks, experts) table
+        blocks = first + tl.arange(0, NB_CHUNK)
+        hist = tl.load(hist_ptr + blocks[:, None] * E + experts[None, :],
+                       mask=(blocks[:, None] < NB) & (experts[None, :] < E), other=0)
+        totals += tl.sum(hist, axis=0)
+        before += tl.sum(tl.where(blocks[:, None] < block, hist, 0), axis=0)
+    group_ends = tl.cumsum(totals, axis=0)
+    if block == 0:
+        tl.store(counts_ptr + experts, totals.to(tl.int64), mask=experts < E)
+        tl.store(group_ends_ptr + experts, group_ends, mask=experts < E)
+        tl.store(tile_ends_ptr + experts, tl.cumsum((totals + TILE_M - 1) // TILE_M, axis=0), mask=experts < E)
+    next_slot = group_ends - totals + before  # per expert: where this block's first entry of it goes
+    for i in range(0, BLOCK // CHUNK):  # entries in order: a stable sort's ranks
+        entries = block * BLOCK + i * CHUNK + tl.arange(0, CHUNK)
+        hot = _one_hot(ids_ptr, entries, N, E, E_BLOCK)
+        slot = tl.sum(hot * (next_slot[None, :] + tl.cumsum(hot, axis=0) - 1), axis=1)
+        next_slot += tl.sum(hot, axis=0)
+        valid = entries < N
+        tl.store(slots_ptr + entries, slot.to(tl.int64), mask=valid)
+        tl.store(order_ptr + slot, entries.to(tl.int64), mask=valid)
+        tl.store(rows_ptr + slot, (entries // TOP_K).to(tl.int64), mask=valid)
+
+
+def expert_grouping(flat_experts: torch.Tensor, num_experts: int, top_k: int = 1,
+                    block_m: int = GROUPED_BLOCK_M) -> dict[str, torch.Tensor]:
+    """The routed entries grouped by expert, in two integer launches and no host sync.
+
+    ``flat_experts`` ``(S,)``: entry i's expert, in ``[0, num_experts)``. Returns ``order`` (int64: the entries
+    grouped by expert, ties by position, exactly ``torch.sort(flat_experts, stable=True).indices``), ``slots``
+    (int64: entry i's place in ``order``, its inverse), ``rows`` (``order // top_k``, the token of each routed
+    row), ``counts`` (int64, per expert) and ``schedule`` (``expert_schedule(counts, block_m)``). A first launch
+    counts each block's entries per expert; a second finds, per block, how many entries of each expert come
+    before it (a scan over the blocks' counts) and ranks its own entries in order. Integer arithmetic: one answer
+    whatever the sizes, block or tile plan."""
+    s, e = flat_experts.numel(), num_experts
+    device = flat_experts.device
+    fill = torch.zeros if s == 0 else torch.empty  # no entries: no launch writes the counts
+    order, rows, slots = (torch.empty(s, dtype=torch.int64, device=device) for _ in range(3))
+    counts = fill(e, dtype=torch.int64, device=device)
+    group_ends, tile_ends = (fill(e, dtype=torch.int32, device=device) for _ in range(2))
+    result = {"order": order, "slots": slots, "rows": rows, "counts": counts, "schedule": (group_ends, tile_ends)}
+    if s == 0:
+        return result
+    ids = flat_experts.reshape(-1).contiguous()
+    block, e_block = grouping_block(s), triton.next_power_of_2(e)
+    blocks = triton.cdiv(s, block)
+    hist = torch.empty((blocks, e), dtype=torch.int32, device=device)
+    _expert_histogram_kernel[(blocks,)](ids, hist, s, e, BLOCK=block, CHUNK=ROUTING_CHUNK, E_BLOCK=e_block,
+                                        num_warps=8)
+    _expert_slots_kernel[(blocks,)](ids, hist, order, rows, slots, counts, group_ends, tile_ends, s, e, blocks, top_k,
+                                    TILE_M=block_m, BLOCK=block, CHUNK=ROUTING_CHUNK, E_BLOCK=e_block,
+                                    NB_CHUNK=max(1, 4096 // e_block), num_warps=8)
+    return result
 
 
 def grouped_linear(x: torch.Tensor, weight: torch.Tensor, schedule: tuple[torch.Tensor, torch.Tensor],
@@ -562,6 +658,15 @@ def _vocab_sample_kernel(logits_ptr, out_ptr, seeds_ptr, entropy_ptr, argmax_ptr
     tl.store(sample_ptr + rows, drawn.to(tl.int64), mask=row_mask)
 
 
+@triton.jit
+def _next_largest(x, nan, free, offs, BLOCK: tl.constexpr):
+    """Per row, the column of the largest value still ``free``, the lowest among equals; NaN above everything."""
+    any_nan = tl.max(tl.where(free & nan, 1, 0), axis=1)[:, None]
+    top = tl.max(tl.where(free & ~nan, x, float("-inf")), axis=1)[:, None]
+    candidates = free & tl.where(any_nan > 0, nan, (x == top) & ~nan)
+    return tl.min(tl.where(candidates, offs, BLOCK), axis=1)
+
+
 @triton.jit(do_not_specialize=["R"])
 def _topk_kernel(x_ptr, values_ptr, indices_ptr, R, D, s_x, K: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     # k rounds of "the largest value not taken, the lowest index among equals; NaN above everything": the order
@@ -574,10 +679,7 @@ def _topk_kernel(x_ptr, values_ptr, indices_ptr, R, D, s_x, K: tl.constexpr, ROW
     x = tl.load(row_start[:, None] + offs, mask=free, other=0.0).to(tl.float32)
     nan = x != x
     for j in tl.static_range(K):
-        any_nan = tl.max(tl.where(free & nan, 1, 0), axis=1)[:, None]
-        top = tl.max(tl.where(free & ~nan, x, float("-inf")), axis=1)[:, None]
-        candidates = free & tl.where(any_nan > 0, nan, (x == top) & ~nan)
-        at = tl.min(tl.where(candidates, offs, BLOCK), axis=1)
+        at = _next_largest(x, nan, free, offs, BLOCK)
         value = tl.load(row_start + at, mask=row_mask)  # the chosen element's own bits (-0.0, a NaN's payload)
         tl.store(values_ptr + rows * K + j, value, mask=row_mask)
         tl.store(indices_ptr + rows * K + j, at.to(tl.int64), mask=row_mask)
@@ -602,6 +704,65 @@ def topk_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     _topk_kernel[(triton.cdiv(rows.shape[0], per_program),)](rows, values, indices, rows.shape[0], d, d, K=k,
                                                             ROWS=per_program, BLOCK=block)
     return values.view(*x.shape[:-1], k), indices.view(*x.shape[:-1], k)
+
+
+@triton.jit(do_not_specialize=["R"])
+def _router_kernel(scores_ptr, expert_scale_ptr, probs_ptr, weights_ptr, indices_ptr, R, E, s_x, K: tl.constexpr,
+                   ROWS: tl.constexpr, BLOCK: tl.constexpr, K_BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_mask = rows < R
+    offs = tl.arange(0, BLOCK)[None, :]
+    free = row_mask[:, None] & (offs < E)
+    x = tl.load(scores_ptr + rows[:, None].to(tl.int64) * s_x + offs, mask=free, other=float("-inf")).to(tl.float32)
+    # softmax in float32 as ``_row_kernel`` computes it for a row of one block (its online pass gives the lane's
+    # exp(x - max) times exactly 1): the same max, exponentials, sum over the same (ROWS, BLOCK) tile, quotient
+    top = tl.max(x, axis=1)
+    exps = tl.exp(x - tl.where(top == float("-inf"), 0.0, top)[:, None])
+    probs = tl.exp(x - top[:, None]) / tl.sum(exps, axis=1)[:, None]
+    tl.store(probs_ptr + rows[:, None].to(tl.int64) * E + offs, probs, mask=free)
+    # top-k as ``_topk_kernel`` (a stable descending sort's first k: NaN first, equal values by index)
+    nan = probs != probs
+    ks = tl.arange(0, K_BLOCK)[None, :]
+    chosen = tl.zeros((ROWS, K_BLOCK), dtype=tl.float32)
+    chosen_at = tl.zeros((ROWS, K_BLOCK), dtype=tl.int32)
+    for j in tl.static_range(K):
+        at = _next_largest(probs, nan, free, offs, BLOCK)
+        value = tl.sum(tl.where(offs == at[:, None], probs, 0.0), axis=1)  # the one term: its bits (probs >= +0)
+        chosen = tl.where(ks == j, value[:, None], chosen)
+        chosen_at = tl.where(ks == j, at[:, None], chosen_at)
+        free = free & (offs != at[:, None])
+    # renormalised by their float32 sum (``_row_kernel``'s over a (ROWS, K_BLOCK) tile), IEEE quotient as torch's
+    # div, then times the expert's scale in float32
+    kept = row_mask[:, None] & (ks < K)
+    total = tl.sum(tl.where(kept, chosen, 0.0), axis=1)
+    scale = tl.load(expert_scale_ptr + chosen_at, mask=kept, other=0.0).to(tl.float32)
+    weights = tl.math.div_rn(chosen, total[:, None]) * scale
+    tl.store(weights_ptr + rows[:, None] * K + ks, weights, mask=kept)
+    tl.store(indices_ptr + rows[:, None] * K + ks, chosen_at.to(tl.int64), mask=kept)
+
+
+def route(scores: torch.Tensor, expert_scale: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DiffusionGemma's router after its projection, in one launch: ``(probabilities, weights, indices)`` as
+    transformers computes them from ``scores`` ``(..., E)`` (``E`` at most ``TOPK_MAX_WIDTH``, ``k`` at most
+    ``TOPK_MAX_K``): the float32 softmax, its ``k`` largest in ``topk_rows``' order, those divided by their sum,
+    times ``expert_scale`` of their experts. Each row is computed on its own lanes with the tile plan
+    ``row_reduce`` gives a row of ``E``, so nothing depends on the other rows."""
+    e = scores.shape[-1]
+    if not (0 < k <= min(e, TOPK_MAX_K) and e <= TOPK_MAX_WIDTH):
+        raise ValueError(f"route: top-{k} of {e} experts is outside the kernel's range")
+    rows = scores.reshape(-1, e)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    r = rows.shape[0]
+    probs = torch.empty((r, e), dtype=torch.float32, device=scores.device)
+    weights = torch.empty((r, k), dtype=torch.float32, device=scores.device)
+    indices = torch.empty((r, k), dtype=torch.int64, device=scores.device)
+    per_program, block, warps = row_shape(e)
+    _router_kernel[(triton.cdiv(r, per_program),)](rows, expert_scale.contiguous(), probs, weights, indices, r, e,
+                                                   rows.stride(0), K=k, ROWS=per_program, BLOCK=block,
+                                                   K_BLOCK=triton.next_power_of_2(k), num_warps=warps)
+    lead = scores.shape[:-1]
+    return probs.view(*lead, e), weights.view(*lead, k), indices.view(*lead, k)
 
 
 @triton.jit
