@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from canvaslab.reports.evidence.gpu import SERVE, rates_text, serve_figures, serve_runs
 from canvaslab.reports.evidence.sources import (
     DISTILLATION, GRAMMAR, SHIPPED, TASKS, judged_prose, percent_text, quality_1_0, quality_1_1, result_file,
     score_text, split_1_0,
@@ -20,10 +21,6 @@ NOISE = {"mini-1.0-default": SHIPPED / "noise_study",
          "mini-1.0-first-pass-cpu": Path("benchmarks/results/mini-noise-first-pass/confirmatory-cpu"),
          "mini-1.0-first-pass-stock-h100": Path("benchmarks/results/mini-noise-first-pass/confirmatory-stock-gpu"),
          "mini-1.0-first-pass-stock-cpu": Path("benchmarks/results/mini-noise-first-pass/confirmatory-stock-cpu")}
-SERVE = {"h100-6l": Path("benchmarks/results/h100-serve-load"),
-         "h200-30l": Path("benchmarks/results/h200-serve-load-30l"),
-         "cpu-mini": Path("benchmarks/results/cpu-serve-load"),
-         "cpu-tiny": Path("benchmarks/results/cpu-serve-load-tiny")}
 TRAINING = {"mini-1.1": (GRAMMAR / "training.json", "diffusion"),
             "mini-1.0": (SHIPPED / "training.json", "diffusion"),
             "mini-ar": (SHIPPED / "sibling" / "training.json", "autoregressive")}
@@ -107,14 +104,11 @@ def _order_values(root: Path) -> dict[str, str]:
 def _serve_values(root: Path) -> dict[str, str]:
     """Per serve-load run and mode: probe answers differing from their answers alone, and the requests/s range."""
     values = {}
-    for key, folder in SERVE.items():
-        for mode, run in result_file(root, folder / "serve_load.json")["modes"].items():
-            levels = run["levels"]
-            rates = [level["requests_per_s"] for level in levels]
-            values[f"serve.{key}.{mode}.differing"] = (f"{sum(len(level['differing']) for level in levels)} of "
-                                                       f"{sum(level['probe_answers'] for level in levels)}")
-            digits = 2 if max(rates) < 2 else 1  # a CPU's rates below 2 requests/s need the second digit
-            values[f"serve.{key}.{mode}.requests"] = f"{min(rates):.{digits}f}-{max(rates):.{digits}f}"
+    for key in SERVE:
+        for mode, run in serve_runs(root, key).items():
+            differing, answers, rates = serve_figures(run)
+            values[f"serve.{key}.{mode}.differing"] = f"{differing} of {answers}"
+            values[f"serve.{key}.{mode}.requests"] = rates_text(rates)
     return values
 
 

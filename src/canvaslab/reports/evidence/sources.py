@@ -40,6 +40,12 @@ def result_file(root: Path, relative: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def counted(n: int, name: str) -> str:
     return f"{n:,} {name}{'' if n == 1 else 's'}"
 

@@ -10,12 +10,12 @@ from canvaslab.analysis import validity
 from canvaslab.analysis.order_metrics import ONE_CALL
 from canvaslab.reports.evidence.sources import (
     BINS, GRAMMAR, SCORED_BY, SHIPPED, TASKS, counted, judged_prose, measured_regimes, order_rulings, quality_1_0,
-    quality_1_1, result_file, score_text, split_1_0,
+    quality_1_1, result_file, score_text, split_1_0, table,
 )
+from canvaslab.reports.evidence.gpu import readme_gpu
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+_table = table
+
 
 
 def _accuracy(summary: dict[str, Any], baseline: dict[str, Any]) -> str:
@@ -443,6 +443,7 @@ def readme_earlier(root: Path) -> str:
 
 
 RENDERERS: dict[str, Callable[[Path], str]] = {
+    "readme-gpu": readme_gpu,
     "readme-mini-1.1": readme_mini_1_1,
     "readme-earlier": readme_earlier,
     "quality-mini-1.1": quality_mini_1_1,

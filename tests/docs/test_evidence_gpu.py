@@ -1,0 +1,100 @@
+"""The README's GPU rows are their folders' numbers: a typed or stale cell fails, a changed file changes the row."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from canvaslab.reports import evidence
+from canvaslab.reports.evidence import gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _root_with(tmp_path: Path, page: str = "", old: str = "", new: str = "") -> Path:
+    """A repository root of links to the real results and copies of the pages, ``old`` replaced in ``page``."""
+    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")
+    for name in evidence.PAGES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    if page:
+        text = (tmp_path / page).read_text()
+        assert old in text
+        (tmp_path / page).write_text(text.replace(old, new, 1))
+    return tmp_path
+
+
+def _results_with(tmp_path: Path, relative: str, change) -> Path:
+    """A root whose results link to the real folders but for one file, a changed copy."""
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    folder = Path(relative).parts[0]
+    for entry in RESULTS.iterdir():
+        if entry.name != folder:
+            (results / entry.name).symlink_to(entry)
+    shutil.copytree(RESULTS / folder, results / folder, symlinks=True)
+    data = json.loads((RESULTS / relative).read_text())
+    change(data)
+    (results / relative).write_text(json.dumps(data))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("B=1 7.11 / 27.48", "B=1 7.10 / 27.48"),
+    ("B=1 28.54 (1.72x the weight-read limit) / 76.77", "B=1 28.54 (1.70x the weight-read limit) / 76.77"),
+    ("peak 62.2 GiB of 79.2", "peak 62.0 GiB of 79.2"),
+    ("18/18 passes identical (3.9 GB compared)", "18/18 passes identical (4.0 GB compared)"),
+    ("invariant 0 of 8 continuous", "invariant 1 of 8 continuous"),
+    ("0.70/2.51/3.15/3.31 requests/s", "0.70/2.51/3.15/3.30 requests/s"),
+    ("0/9 runs diverged, 27/27 passes identical", "0/9 runs diverged, 26/27 passes identical"),
+])
+def test_a_gpu_figure_typed_differently_from_its_file_is_found(tmp_path, old, new):
+    assert evidence.stale_regions(_root_with(tmp_path, "README.md", old, new)) == ["README.md: readme-gpu"]
+
+
+def test_the_readme_gpu_rows_include_the_h100_s_speed_memory_proofs_and_continuous_serving():
+    rows = gpu.readme_gpu(ROOT)
+    assert "30 layers: B=1 28.54 (1.72x the weight-read limit) / 76.77" in rows
+    assert "B=32 2.78 (3.14x the compute limit) / 9.39" in rows
+    assert "47.03 GiB of weights, device peak 47.14 GiB" in rows and "1,024-token prompts: finished" in rows
+    assert "`benchmarks/results/h100-gpu-run-proofs/`" in rows and "GPU tests 91 passed" in rows
+    assert "`benchmarks/results/h100-serve-continuous-6l/`" in rows
+
+
+def test_where_the_batch_study_first_differs_is_counted_from_its_runs():
+    """The first difference is an encoder RMSNorm's mean in every run, but in layer 0's input norm in only 3."""
+    row = gpu.batch_study_row(ROOT)[1]
+    assert "in an encoder RMSNorm's `mean` in 24 of 24 runs (layers 0-4)" in row
+    assert "first RMSNorm" not in row
+
+
+def test_a_stock_run_missing_from_the_file_is_printed_as_not_run():
+    """Stock at 6 layers and B=64 was never timed: the row says so instead of asserting it does not fit."""
+    assert "B=64 2.67 / not run" in gpu.h200_speed_row(ROOT)[1]
+
+
+def test_a_changed_result_file_changes_its_row(tmp_path):
+    def slower(limits):
+        entry = next(e for e in limits["speed"] if (e["mode"], e["layers"], e["batch"]) == ("invariant", 30, 1))
+        entry["steady_ms_per_row_pass"], entry["vs_weight_read_limit"] = 33.0, 1.99
+    root = _results_with(tmp_path, "h100-gpu-run/limits.json", slower)
+    assert "B=1 33.00 (1.99x the weight-read limit) / 76.77" in gpu.h100_speed_row(root)[1]
+
+
+def test_a_proof_that_diverged_is_printed_as_diverged(tmp_path):
+    def diverged(study):
+        study["summary"].update(diverged=1, passes_matching=17)
+    root = _results_with(tmp_path, "h100-gpu-run-proofs/proof/invariant_6l_mixed/batch_study.json", diverged)
+    assert gpu.h100_proof_row(root)[1].startswith("1/6 diverged")
+
+
+@pytest.mark.parametrize(("sizes", "text"), [
+    ([1, 2, 3, 4, 5, 6, 7, 8, 32, 64], "1-8, 32, 64"), ([1, 8, 32], "1, 8, 32"), ([1, 2], "1, 2"),
+    ([64, 1, 2, 3], "1-3, 64"),
+])
+def test_batch_sizes_are_written_as_ranges_of_three_or_more(sizes, text):
+    assert gpu.sizes_text(sizes) == text
