@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
+from typing import Any
 
-from canvaslab.reports.evidence.gpu import SERVE, rates_text, serve_figures, serve_runs
+from canvaslab.reports.evidence.gpu import SERVE, gpu_values, rates_text, serve_figures, serve_runs
 from canvaslab.reports.evidence.sources import (
-    DISTILLATION, GRAMMAR, SHIPPED, TASKS, judged_prose, percent_text, quality_1_0, quality_1_1, result_file,
-    score_text, split_1_0,
+    DISTILLATION, GRAMMAR, SHIPPED, TASKS, heldout_answers_1_1, judged_prose, percent_text, quality_1_0, quality_1_1,
+    result_file, score_text, split_1_0,
 )
 
 NOISE = {"mini-1.0-default": SHIPPED / "noise_study",
@@ -54,6 +57,41 @@ def _quality_values(root: Path) -> dict[str, str]:
                       ("run 8 + 300 steps distilled prose, seed 1", "distilled-seed-1")):
         values[f"distillation.{key}.word-pairs"] = f"{distilled[name]['summary']['word_pairs']:.2f}"
         values[f"distillation.{key}.nll"] = f"{distilled[name]['summary']['sibling_nll']:.2f}"
+    return values
+
+
+_OPERATION = re.compile(r"\d+ ([+-]) \d+")
+_FUNCTION_NAME = re.compile(r"def (\w+)\(")
+
+
+def _operation(text: str) -> str | None:
+    """The sign of the first ``a + b`` or ``a - b`` a worked answer writes."""
+    found = _OPERATION.search(text)
+    return found[1] if found else None
+
+
+def _parsed_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _failure_values(root: Path) -> dict[str, str]:
+    """How ``mini`` 1.1.0 fails on held-out templates, counted from its stored answers."""
+    answers = heldout_answers_1_1(root)
+    values = {f"mini-1.1.heldout-right.{task}": f"{sum(a['score'] for a in found)} of {len(found)}"
+              for task, found in answers.items() if task != "prose"}  # prose is scored by a share, not right/wrong
+    words = answers["word"]
+    wrong = sum(_operation(a["expected"]) != _operation(a["text"]) for a in words)
+    values["mini-1.1.heldout.word.wrong-operation"] = f"{wrong} of {len(words)}"
+    parsed = [(json.loads(a["expected"]), _parsed_json(a["text"])) for a in answers["json"]]
+    objects = [(wanted, got) for wanted, got in parsed if got is not None]
+    values["mini-1.1.heldout.json.parsed"] = f"{len(objects)} of {len(parsed)}"
+    values["mini-1.1.heldout.json.requested-keys"] = str(sum(isinstance(got, dict) and set(wanted) <= set(got)
+                                                             for wanted, got in objects))
+    named = sum(f"def {_FUNCTION_NAME.search(a['expected'])[1]}(" in a["text"] for a in answers["code"])
+    values["mini-1.1.heldout.code.requested-name"] = f"{named} of {len(answers['code'])}"
     return values
 
 
@@ -148,5 +186,5 @@ def _training_values(root: Path) -> dict[str, str]:
 
 def figures(root: Path) -> dict[str, str]:
     """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
-    return {**_quality_values(root), **_noise_values(root), **_order_values(root), **_serve_values(root),
-            **_batch_values(root), **_training_values(root)}
+    return {**_quality_values(root), **_failure_values(root), **_noise_values(root), **_order_values(root),
+            **_serve_values(root), **_batch_values(root), **_training_values(root), **gpu_values(root)}

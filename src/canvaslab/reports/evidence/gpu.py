@@ -81,14 +81,20 @@ def _pass_ms(runs: dict[tuple[str, int], dict[str, Any]], mode: str, batch: int)
     return "not run" if run is None else f"{run['pass_ms_per_row_step']:.2f}"
 
 
+def first_difference(study: dict[str, Any]) -> str:
+    """Where the diverged runs of a batch-size study first differ: how many in an encoder RMSNorm's ``mean``."""
+    first = [_ENCODER_NORM_MEAN.match(run["first_divergence"]["call"]) for run in study["runs"] if run["diverged"]]
+    norms = [int(match[1]) for match in first if match]
+    if not norms:
+        return "outside the encoder's norms"
+    return f"in an encoder RMSNorm's `mean` in {len(norms)} of {len(first)} runs (layers {min(norms)}-{max(norms)})"
+
+
 def batch_study_row(root: Path) -> list[str]:
     study = result_file(root, H200_BATCH_STUDY)
     summary, settings = study["summary"], study["config"]["settings"]
     classes = summary["equivalence_classes"]
-    first = [_ENCODER_NORM_MEAN.match(run["first_divergence"]["call"]) for run in study["runs"] if run["diverged"]]
-    norms = [int(match[1]) for match in first if match]
-    where = (f"first difference in an encoder RMSNorm's `mean` in {len(norms)} of {len(first)} runs "
-             f"(layers {min(norms)}-{max(norms)})") if norms else "first difference outside the encoder's norms"
+    where = f"first difference {first_difference(study)}"
     config = study["config"]
     return [f"batch-size study, {settings['mode']}, {config['layers']} layers, {len(config['prompts'])} prompts x "
             f"B = {sizes_text(settings['batch_sizes'])}",
@@ -140,9 +146,9 @@ def h200_speed_row(root: Path) -> list[str]:
             f"B={tracer['config']['batch_size']})", "`benchmarks/results/h200-invariant/`"]
 
 
-def generations(root: Path, *names: str) -> tuple[dict[str, Any], dict[tuple[int, int], dict[str, Any]]]:
+def generations(root: Path, folder: Path, *names: str) -> tuple[dict[str, Any], dict[tuple[int, int], dict[str, Any]]]:
     """A ``whole_generations.py`` run's config and its cells by (prompt length, batch size), over several files."""
-    files = [result_file(root, H200_GENERATIONS / name) for name in names]
+    files = [result_file(root, folder / name) for name in names]
     cells = {(c["prompt_length"], c["batch_size"]): c["modes"] for f in files for c in f["cells"]}
     return files[0]["config"], cells
 
@@ -152,13 +158,23 @@ def _rate(modes: dict[str, Any], mode: str) -> str:
     return "does not fit" if cell.get("oom") else f"{cell['requests_per_s']:.2f}"
 
 
-def h200_generations_row(root: Path) -> list[str]:
-    config, cells = generations(root, "whole_generations_30l.json", "whole_generations_30l_b128.json")
+GENERATION_FILES = {"h200-30l": (H200_GENERATIONS, "whole_generations_30l.json", "whole_generations_30l_b128.json"),
+                    "h100-6l": (RESULTS / "h100-whole-generations", "whole_generations_6l.json")}
+
+
+def generation_rates(cells: dict[tuple[int, int], dict[str, Any]]) -> tuple[int, list[int], dict[str, str]]:
+    """The shortest prompts' length, their batch sizes, and per mode the requests/s at each (``does not fit``)."""
     short = min(length for length, _ in cells)
     batches = sorted(b for length, b in cells if length == short)
+    return short, batches, {mode: "/".join(_rate(cells[(short, b)], mode) for b in batches)
+                            for mode in ("invariant", "stock")}
+
+
+def h200_generations_row(root: Path) -> list[str]:
+    config, cells = generations(root, H200_GENERATIONS, *GENERATION_FILES["h200-30l"][1:])
+    short, batches, per_mode = generation_rates(cells)
     deep = proof(root, H200_GENERATIONS / "proof")
     needle = needle_text(root, H200_GENERATIONS / "needle_30l.json")
-    per_mode = {mode: "/".join(_rate(cells[(short, b)], mode) for b in batches) for mode in ("invariant", "stock")}
     return [f"whole generations, {config['layers']} layers, one H200 ({config['generation']['max_denoising_steps']} "
             f"passes, prompts of {' and '.join(f'{n:,}' for n in config['prompt_lengths'])} tokens)",
             f"invariant {per_mode['invariant']} requests/s at B = {'/'.join(map(str, batches))} against stock "
@@ -264,3 +280,25 @@ def readme_gpu(root: Path) -> str:
             h200_generations_row(root), serve_row(root, "h200-30l", "H200"), serve_row(root, "h100-6l", "H100"),
             serve_row(root, "h100-6l-continuous", "H100"), h100_speed_row(root), h100_proof_row(root)]
     return table(["what", "result", "folder"], rows)
+
+
+def gpu_values(root: Path) -> dict[str, str]:
+    """The GPU figures that sentences and the evidence page's tables carry, by name."""
+    mixed = proof(root, H200 / "callB/proof/invariant_6l_mixed")
+    deep = proof(root, H200 / "callC/proof/invariant_30l_mixed")
+    six = throughput(root, H200 / "callA/throughput_6l.json")
+    needle = max(run["peak_memory_gib"] for run in result_file(root, H200 / "callC/needle_30l.json")["runs"])
+    tracer = result_file(root, H200 / "callA/tracer_overhead_fast.json")
+    values = {"batch.h200.first-difference": first_difference(result_file(root, H200_BATCH_STUDY)),
+              "gpu.h200.proof-6l.diverged": f"{mixed['diverged']}/{mixed['runs']}",
+              "gpu.h200.proof-6l.passes": f"{mixed['passes_matching']}/{mixed['passes_total']}",
+              "gpu.h200.proof-30l.passes": f"{deep['passes_matching']}/{deep['passes_total']}",
+              "gpu.h200.needle-30l.peak": f"{needle:.1f}",
+              "gpu.h200.6l.b32.invariant": f"{six[('invariant', 32)]['pass_ms_per_row_step']:.2f}",
+              "gpu.h200.6l.b32.stock": f"{six[('stock', 32)]['pass_ms_per_row_step']:.2f}",
+              "gpu.h200.tracer": f"{tracer['on_accept_pct_of_generate']:.2f}%"}
+    for key, (folder, *names) in GENERATION_FILES.items():
+        _, cells = generations(root, folder, *names)
+        _, _, rates = generation_rates(cells)
+        values.update({f"generations.{key}.{mode}": rate for mode, rate in rates.items()})
+    return values

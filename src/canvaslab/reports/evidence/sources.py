@@ -74,6 +74,16 @@ def quality_1_1(root: Path) -> dict[str, dict[str, float | None]]:
     return scores
 
 
+def heldout_answers_1_1(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """``mini`` 1.1.0's held-out-template answers by task (code from the sandboxed CPU run)."""
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for name in ("quality_gpu.json", "quality_code.json"):
+        for answer in result_file(root, GRAMMAR / name)["heldout_template"]["answers"]["diffusion"]:
+            if name == "quality_code.json" or answer["task"] != "code":
+                by_task.setdefault(answer["task"], []).append(answer)
+    return by_task
+
+
 def judged_prose(root: Path) -> dict[str, dict[str, float]]:
     return {name: entry["summary"] for name, entry in result_file(root, GRAMMAR / "judge.json")["sets"].items()}
 

@@ -1,4 +1,5 @@
-"""The README's GPU rows are their folders' numbers: a typed or stale cell fails, a changed file changes the row."""
+"""The README's GPU rows and the model card's failure counts are their files' numbers: a typed or stale figure
+fails, a changed file changes the page."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from canvaslab.reports import evidence
 from canvaslab.reports.evidence import gpu
+from canvaslab.reports.evidence.figures import figures
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -98,3 +100,33 @@ def test_a_proof_that_diverged_is_printed_as_diverged(tmp_path):
 ])
 def test_batch_sizes_are_written_as_ranges_of_three_or_more(sizes, text):
     assert gpu.sizes_text(sizes) == text
+
+
+@pytest.mark.parametrize(("old", "new", "name"), [
+    ("wrong operation in <!-- value:mini-1.1.heldout.word.wrong-operation -->34 of 100",
+     "wrong operation in <!-- value:mini-1.1.heldout.word.wrong-operation -->33 of 100", "wrong-operation"),
+    ("<!-- value:mini-1.1.heldout.json.parsed -->63 of 100", "<!-- value:mini-1.1.heldout.json.parsed -->60 of 100",
+     "json.parsed"),
+])
+def test_a_failure_count_typed_differently_from_the_answers_is_named(tmp_path, old, new, name):
+    stale = evidence.stale_regions(_root_with(tmp_path, "docs/mini-model.md", old, new))
+    assert len(stale) == 1 and name in stale[0] and "the files say" in stale[0]
+
+
+def test_the_failure_counts_are_counted_from_the_stored_held_out_answers():
+    known = figures(ROOT)
+    assert known["mini-1.1.heldout.word.wrong-operation"] == "34 of 100"
+    assert known["mini-1.1.heldout.json.parsed"] == "63 of 100"
+    assert known["mini-1.1.heldout.json.requested-keys"] == "0"
+    assert known["mini-1.1.heldout.code.requested-name"] == "0 of 100"
+    assert known["mini-1.1.heldout-right.add_mixed"] == "1 of 100"
+    assert "mini-1.1.heldout-right.prose" not in known  # a share, not right or wrong
+
+
+def test_a_word_problem_answered_with_the_right_operation_leaves_the_wrong_count(tmp_path):
+    def mend(quality):
+        answers = quality["heldout_template"]["answers"]["diffusion"]
+        wrong = next(a for a in answers if a["task"] == "word" and "We subtract" in a["text"] and " + " in a["expected"])
+        wrong["text"] = wrong["text"].replace(" - ", " + ", 1)
+    root = _results_with(tmp_path, "mini-grammar/quality_gpu.json", mend)
+    assert figures(root)["mini-1.1.heldout.word.wrong-operation"] == "33 of 100"
