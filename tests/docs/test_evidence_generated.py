@@ -130,3 +130,25 @@ def test_a_word_problem_answered_with_the_right_operation_leaves_the_wrong_count
         wrong["text"] = wrong["text"].replace(" - ", " + ", 1)
     root = _results_with(tmp_path, "mini-grammar/quality_gpu.json", mend)
     assert figures(root)["mini-1.1.heldout.word.wrong-operation"] == "33 of 100"
+
+
+def test_what_the_commit_order_statistics_rest_on_is_read_from_the_traces():
+    known = figures(ROOT)
+    assert known["order.mini-1.1.math.tau-defined"] == "20 generations of 20 prompts"
+    assert known["order.mini-1.1.math.content-in-2-calls"] == "18 of 20"  # two commit waves
+    assert (known["order.mini-1.1.math.block-64.later"], known["order.mini-1.1.math.block-64.defined"]) == ("18", "19")
+    assert known["order.mini-1.1.math.auroc-minority"] == "1 wrong answer of 20"
+    assert known["order.mini-1.0.math.tau-defined"] == "15 generations of 6 prompts"
+    assert known["order.mini-1.0.wrong-answers"] == "9, from 5 prompts"
+    assert known["mini-1.0.in.word.subtractions"] == "3 of 48" and known["mini-1.0.in.prose.to-budget"] == "91 of 100"
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("-->1 wrong answer of 20<", "-->2 wrong answers of 20<"),
+    ("-->15 generations of 6 prompts<", "-->15 generations of 7 prompts<"),
+    ("-->9, from 5 prompts<", "-->9, from 4 prompts<"),
+    ("-->18.1M<", "-->18.2M<"),
+])
+def test_a_findings_count_typed_differently_from_its_file_is_named(tmp_path, old, new):
+    stale = evidence.stale_regions(_root_with(tmp_path, "docs/findings-mini.md", old, new))
+    assert len(stale) == 1 and stale[0].startswith("docs/findings-mini.md: value ")

@@ -7,10 +7,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from canvaslab.analysis import validity
 from canvaslab.reports.evidence.gpu import SERVE, gpu_values, rates_text, serve_figures, serve_runs
 from canvaslab.reports.evidence.sources import (
-    DISTILLATION, GRAMMAR, SHIPPED, TASKS, heldout_answers_1_1, judged_prose, percent_text, quality_1_0, quality_1_1,
-    result_file, score_text, split_1_0,
+    BINS, DISTILLATION, GRAMMAR, SHIPPED, TASKS, counted, heldout_answers_1_1, judged_prose, measured_regimes,
+    order_rulings, percent_text, quality_1_0, quality_1_1, result_file, score_text, split_1_0,
 )
 
 NOISE = {"mini-1.0-default": SHIPPED / "noise_study",
@@ -47,6 +48,14 @@ def _quality_values(root: Path) -> dict[str, str]:
         judged = judged_prose(root)[name]
         values[f"judge.{key}.word-pairs"] = f"{judged['word_pairs']:.2f}"
         values[f"judge.{key}.nll"] = f"{judged['sibling_nll']:.2f}"
+    words = [answer for answer in quality_1_0(root, "diffusion")[1] if answer["task"] == "word"]
+    for name, sign in (("additions", " + "), ("subtractions", " - ")):
+        asked = [answer for answer in words if sign in answer["text"]]
+        values[f"mini-1.0.in.word.{name}"] = f"{sum(answer['score'] for answer in asked)} of {len(asked)}"
+    prose = [answer for answer in quality_1_0(root, "diffusion")[1] if answer["task"] == "prose"]
+    budget = result_file(root, SHIPPED / "quality_diffusion_add2_add3_word_fact_json_prose.json")["generation"][
+        "max_denoising_steps"]
+    values["mini-1.0.in.prose.to-budget"] = f"{sum(answer['passes'] >= budget for answer in prose)} of {len(prose)}"
     values["judge.mini-1.1.held-out.word-pairs"] = f"{scores['heldout_template']['word_pairs']:.2f}"
     values["judge.mini-1.1.frequent-words"] = f"{judged_prose(root)['retrained on grammar']['frequent_word_share']:.2f}"
     values["judge.references-grammar.frequent-words"] = \
@@ -131,11 +140,43 @@ def _order_values(root: Path) -> dict[str, str]:
         for regime, summary in metrics["regimes"].items():
             values[f"order.{key}.{regime}.tau"] = f"{summary['tau_b']:.2f}"
             values[f"order.{key}.{regime}.accuracy"] = score_text(summary["accuracy"])
+            baseline = metrics["baseline"]["regimes"].get(regime)
+            if baseline:
+                values[f"order.{key}.{regime}.baseline-accuracy"] = score_text(baseline["accuracy"])
             if summary["auroc"] is not None:
                 values[f"order.{key}.{regime}.auroc"] = f"{summary['auroc']:.2f}"
                 values[f"order.{key}.{regime}.auroc-skipped"] = f"{summary['auroc_ci_resamples_skipped']:,}"
             for third in summary.get("reliability") or ():
                 values[f"order.{key}.{regime}.right-in-third-{third['tertile']}"] = percent_text(third["accuracy"])
+        values.update(_order_support_values(root, key, folder / "order_study_cpu"))
+    return values
+
+
+def _order_support_values(root: Path, key: str, folder: Path) -> dict[str, str]:
+    """What each commit-order statistic rests on, read from the traces: generations, prompts, bins, minority."""
+    metrics, rulings = order_rulings(root, folder)
+    values, wrong = {}, []
+    for regime, rows in measured_regimes(root, folder).items():
+        ruled, summary = rulings[regime], metrics["regimes"][regime]
+        tau = ruled["tau_b"][1]
+        values[f"order.{key}.{regime}.tau-defined"] = (f"{counted(tau.generations, 'generation')} of "
+                                                       f"{counted(tau.clusters, 'prompt')}")
+        waves = sum(m.tokens_per_call is not None and round(m.content_positions / m.tokens_per_call) == 2
+                    for m in rows)
+        values[f"order.{key}.{regime}.content-in-2-calls"] = f"{waves} of {len(rows)}"
+        for size in BINS:
+            ruling, support = ruled[f"block_tau_{size}"]
+            if ruling.reading == validity.SPLIT_SHARE and summary["block_tau"][size] is not None:
+                later = round(validity.split_share(summary["block_tau"][size]) * support.generations)
+                values[f"order.{key}.{regime}.block-{size}.later"] = str(later)
+                values[f"order.{key}.{regime}.block-{size}.defined"] = str(support.generations)
+        if "auroc" in ruled:
+            auroc = ruled["auroc"][1]
+            scored = sum(m.correct is not None for m in rows)
+            minority = counted(auroc.minority, auroc.minority_name)
+            values[f"order.{key}.{regime}.auroc-minority"] = f"{minority} of {scored}"
+            wrong += [(regime, m.prompt_id) for m in rows if m.correct is False]
+    values[f"order.{key}.wrong-answers"] = f"{len(wrong)}, from {counted(len(set(wrong)), 'prompt')}"
     return values
 
 
@@ -171,7 +212,9 @@ def _training_values(root: Path) -> dict[str, str]:
                        f"training.{key}.seconds": f"{run['train_seconds']:,.1f}",
                        f"training.{key}.tokens": f"{last['tokens']:,}",
                        f"training.{key}.skipped": f"{last['skipped_steps']}",
-                       f"training.{key}.loss": f"{last['loss']:.3f}"})
+                       f"training.{key}.loss": f"{last['loss']:.3f}",
+                       f"training.{key}.steps": f"{training['settings']['steps']:,}",
+                       f"training.{key}.parameters-millions": f"{run['parameters'] / 1e6:.1f}M"})
         if "content_loss" in last:
             values[f"training.{key}.content-loss"] = f"{last['content_loss']:.2f}"
             values[f"training.{key}.content-accuracy"] = f"{last['content_accuracy']:.2f}"
