@@ -148,7 +148,17 @@ def test_what_the_commit_order_statistics_rest_on_is_read_from_the_traces():
     ("-->15 generations of 6 prompts<", "-->15 generations of 7 prompts<"),
     ("-->9, from 5 prompts<", "-->9, from 4 prompts<"),
     ("-->18.1M<", "-->18.2M<"),
+    ("-->568<", "-->500<"),
+    ("-->768<", "-->786<"),
 ])
 def test_a_findings_count_typed_differently_from_its_file_is_named(tmp_path, old, new):
     stale = evidence.stale_regions(_root_with(tmp_path, "docs/findings-mini.md", old, new))
     assert len(stale) == 1 and stale[0].startswith("docs/findings-mini.md: value ")
+
+
+def test_the_noise_studies_counts_are_read_from_their_reports_and_plans():
+    known = figures(ROOT)
+    assert (known["noise.mini-1.0-default.conditions"], known["noise.mini-1.0-default.random.pairs"]) == ("2,304", "768")
+    assert (known["noise.mini-1.1.conditions"], known["noise.mini-1.1.class-conditions"]) == ("1,356", "452")
+    assert known["noise.graded.prompts-needed"] == "568" and known["noise.graded.safeguard"] == "0/720"
+    assert (known["noise.graded.content.common-less"], known["noise.graded.later.common-less"]) == ("1.55", "2.02")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from canvaslab.analysis import validity
+from canvaslab.reports.evidence.tables import GRADED
 from canvaslab.reports.evidence.gpu import SERVE, gpu_values, rates_text, serve_figures, serve_runs
 from canvaslab.reports.evidence.sources import (
     BINS, DISTILLATION, GRAMMAR, SHIPPED, TASKS, counted, heldout_answers_1_1, judged_prose, measured_regimes,
@@ -115,6 +116,10 @@ def _noise_values(root: Path) -> dict[str, str]:
             values[f"noise.{key}.power"] = f"{power['tost_power_per_comparison']:.2f}"
             values[f"noise.{key}.prompts-needed"] = str(power["prompts_needed"])
         values[f"noise.{key}.answer"] = report["conclusion"]["answer"]
+        values[f"noise.{key}.conditions"] = f"{report['conditions_run']:,}"
+        class_conditions = {means.get("conditions") for means in report["class_means"].values()}
+        if len(class_conditions) == 1 and None not in class_conditions:
+            values[f"noise.{key}.class-conditions"] = f"{class_conditions.pop():,}"
         if "prompts" in report:
             values[f"noise.{key}.prompts"] = str(report["prompts"])
         values[f"noise.{key}.safeguard"] = f"{report['safeguard']['fired']}/{report['safeguard']['compared']}"
@@ -124,12 +129,25 @@ def _noise_values(root: Path) -> dict[str, str]:
             values[f"noise.{key}.{name}"] = f"{e['mean_difference']:+.{digits}f}" + (
                 f" [{e['ci'][0]:+.{digits}f}, {e['ci'][1]:+.{digits}f}]" if e["ci"] else "")
             values[f"noise.{key}.{name}.sd"] = f"{e['sd']:.2f}"
+            values[f"noise.{key}.{name}.pairs"] = f"{e['n_pairs']:,}"
             for field, label in (("tost_p", "tost-p"), ("p_two_sided", "two-sided-p")):
                 if e.get(field) is not None:
                     values[f"noise.{key}.{name}.{label}"] = f"{e[field]:.2g}"
         for name, means in report["class_means"].items():
             if "planted_logprob_boost" in means:
                 values[f"noise.{key}.boost.{name}"] = f"{means['planted_logprob_boost']:.2f}"
+    return values
+
+
+def _graded_noise_values(root: Path) -> dict[str, str]:
+    """The graded noise study's run of record: prompts, the prompts its power rule asked for, safeguard, common."""
+    report = result_file(root, GRADED / "confirmatory" / "noise_study.json")
+    power = result_file(root, GRADED / "confirmatory" / "plan.json")["first_pass"]["power"]["per_comparison"]
+    values = {"noise.graded.prompts": str(report["prompts"]),
+              "noise.graded.prompts-needed": str(max(c["prompts_needed"] for c in power.values())),
+              "noise.graded.safeguard": f"{report['safeguard']['fired']}/{report['safeguard']['compared']}"}
+    for arm, strata in report["conclusion"]["per_stratum"].items():
+        values[f"noise.graded.{arm}.common-less"] = f"{-strata['common']['mean_difference']:.2f}"
     return values
 
 
@@ -208,6 +226,7 @@ def _training_values(root: Path) -> dict[str, str]:
         run, last = training[model], training[model]["history"][-1]
         values.update({f"training.{key}.pool-examples": f"{training['pool_examples']:,}",
                        f"training.{key}.pool-tokens": f"{training['pool_tokens']:,}",
+                       f"training.{key}.pool-tokens-millions": f"{training['pool_tokens'] / 1e6:.1f}M",
                        f"training.{key}.parameters": f"{run['parameters']:,}",
                        f"training.{key}.seconds": f"{run['train_seconds']:,.1f}",
                        f"training.{key}.tokens": f"{last['tokens']:,}",
@@ -229,5 +248,5 @@ def _training_values(root: Path) -> dict[str, str]:
 
 def figures(root: Path) -> dict[str, str]:
     """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
-    return {**_quality_values(root), **_failure_values(root), **_noise_values(root), **_order_values(root),
+    return {**_quality_values(root), **_failure_values(root), **_noise_values(root), **_graded_noise_values(root), **_order_values(root),
             **_serve_values(root), **_batch_values(root), **_training_values(root), **gpu_values(root)}
