@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from canvaslab.errors import CanvaslabError
 from canvaslab.reports import evidence
 from canvaslab.reports.evidence import gpu
 from canvaslab.reports.evidence.figures import figures
@@ -162,3 +163,31 @@ def test_the_noise_studies_counts_are_read_from_their_reports_and_plans():
     assert (known["noise.mini-1.1.conditions"], known["noise.mini-1.1.class-conditions"]) == ("1,356", "452")
     assert known["noise.graded.prompts-needed"] == "568" and known["noise.graded.safeguard"] == "0/720"
     assert (known["noise.graded.content.common-less"], known["noise.graded.later.common-less"]) == ("1.55", "2.02")
+
+
+@pytest.mark.parametrize("page", [
+    "<!-- value:training.mini-1.1.share.add_widths -->7%<!-- /value -->",  # an underscore in the name is read
+    "a <!-- value:mini-1.1.heldout.add3 -->91%<!-- /value\n--> mark broken over two lines",
+    "<!-- value:Mini -->1<!-- /value -->",
+])
+def test_a_mark_the_generator_cannot_check_is_an_error_or_checked(page):
+    if "7%" in page:
+        assert evidence.render_page(page, ROOT) == page.replace("7%", "6%")
+    else:
+        with pytest.raises(CanvaslabError, match="mark whose name"):
+            evidence.render_page(page, ROOT)
+
+
+def test_a_mark_shown_as_code_is_left_alone():
+    page = "regions are marked `<!-- value:NAME -->`"
+    assert evidence.render_page(page, ROOT) == page
+
+
+def test_the_model_card_s_training_and_failure_counts_are_read_from_their_files():
+    known = figures(ROOT)
+    assert known["training.mini-1.1.share.add_widths"] == "6%" and known["training.mini-1.0.share.add3"] == "27%"
+    assert (known["training.mini-1.0.skipped"], known["training.mini-1.1.skipped"]) == ("0", "31")
+    assert known["mini-1.0.in.word.subtractions-wrong"] == "45 of 48"
+    assert known["mini-ar.in.word.subtractions-wrong"] == "6 of 48"
+    assert (known["mini-1.0.in.word.additions-wrong"], known["mini-1.0.in.sums-wrong"]) == ("8 of 52", "3 of 200")
+    assert (known["pool.mini-1.1.vocabulary"], known["pool.mini-1.1.unused-ids"]) == ("16,384", "355")

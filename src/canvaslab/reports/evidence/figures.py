@@ -11,7 +11,7 @@ from canvaslab.analysis import validity
 from canvaslab.reports.evidence.tables import GRADED
 from canvaslab.reports.evidence.gpu import SERVE, gpu_values, rates_text, serve_figures, serve_runs
 from canvaslab.reports.evidence.sources import (
-    BINS, DISTILLATION, GRAMMAR, SHIPPED, TASKS, counted, heldout_answers_1_1, judged_prose, measured_regimes,
+    BINS, DISTILLATION, GRAMMAR, HELDOUT, SHIPPED, TASKS, counted, heldout_answers_1_1, judged_prose, measured_regimes,
     order_rulings, percent_text, quality_1_0, quality_1_1, result_file, score_text, split_1_0,
 )
 
@@ -53,10 +53,14 @@ def _quality_values(root: Path) -> dict[str, str]:
     for name, sign in (("additions", " + "), ("subtractions", " - ")):
         asked = [answer for answer in words if sign in answer["text"]]
         values[f"mini-1.0.in.word.{name}"] = f"{sum(answer['score'] for answer in asked)} of {len(asked)}"
+    values.update(_wrong_1_0(root))
     prose = [answer for answer in quality_1_0(root, "diffusion")[1] if answer["task"] == "prose"]
     budget = result_file(root, SHIPPED / "quality_diffusion_add2_add3_word_fact_json_prose.json")["generation"][
         "max_denoising_steps"]
     values["mini-1.0.in.prose.to-budget"] = f"{sum(answer['passes'] >= budget for answer in prose)} of {len(prose)}"
+    values["mini-1.1.per-task"] = str(result_file(root, GRAMMAR / "quality_gpu.json")["per_task"])
+    values["mini-1.1.budget"] = str(result_file(root, GRAMMAR / "quality_gpu.json")["generation"]["max_denoising_steps"])
+    values["mini-1.0.heldout.per-task"] = str(result_file(root, HELDOUT / "quality_mini.json")["per_task"])
     values["judge.mini-1.1.held-out.word-pairs"] = f"{scores['heldout_template']['word_pairs']:.2f}"
     values["judge.mini-1.1.frequent-words"] = f"{judged_prose(root)['retrained on grammar']['frequent_word_share']:.2f}"
     values["judge.references-grammar.frequent-words"] = \
@@ -85,6 +89,19 @@ def _parsed_json(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return None
+
+
+def _wrong_1_0(root: Path) -> dict[str, str]:
+    """``mini`` 1.0.0's and ``mini-ar``'s wrong in-template answers: word problems by operation, and sums."""
+    values = {}
+    for key, model in (("mini-1.0", "diffusion"), ("mini-ar", "autoregressive")):
+        answers = quality_1_0(root, model)[1]
+        for name, sign in (("additions", "+"), ("subtractions", "-")):
+            asked = [a for a in answers if a["task"] == "word" and f" {sign} " in a["text"]]  # as the tables count
+            values[f"{key}.in.word.{name}-wrong"] = f"{sum(not a['score'] for a in asked)} of {len(asked)}"
+        sums = [a for a in answers if a["task"] in ("add2", "add3")]
+        values[f"{key}.in.sums-wrong"] = f"{sum(not a['score'] for a in sums)} of {len(sums)}"
+    return values
 
 
 def _failure_values(root: Path) -> dict[str, str]:
@@ -239,10 +256,17 @@ def _training_values(root: Path) -> dict[str, str]:
             values[f"training.{key}.content-accuracy"] = f"{last['content_accuracy']:.2f}"
         for task, count in training["mixture_counts"].items():
             values[f"training.{key}.examples.{task}"] = f"{count:,}"
+        for task, share in training["mixture_shares"].items():
+            values[f"training.{key}.share.{task}"] = f"{share:.0%}"
+        settings = training["settings"]
+        values[f"training.{key}.batch-size"] = f"{settings['batch_size']:,}"
+        values[f"training.{key}.examples-drawn"] = f"{settings['steps'] * settings['batch_size'] / 1e6:.2f}M"
     for key, folder in (("mini-1.1", GRAMMAR), ("mini-1.0", SHIPPED)):
         counts = result_file(root, folder / "noise_study" / "counts.json")
         values[f"pool.{key}.ids-seen"] = f"{counts['ids_seen']:,}"
         values[f"pool.{key}.unused-seen"] = f"{counts['unused_occurrences']:,} of the {counts['unused_ids']:,}"
+        values[f"pool.{key}.unused-ids"] = f"{counts['unused_ids']:,}"
+        values[f"pool.{key}.vocabulary"] = f"{counts['vocabulary']:,}"
     return values
 
 
