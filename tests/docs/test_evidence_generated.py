@@ -191,3 +191,19 @@ def test_the_model_card_s_training_and_failure_counts_are_read_from_their_files(
     assert known["mini-ar.in.word.subtractions-wrong"] == "6 of 48"
     assert (known["mini-1.0.in.word.additions-wrong"], known["mini-1.0.in.sums-wrong"]) == ("8 of 52", "3 of 200")
     assert (known["pool.mini-1.1.vocabulary"], known["pool.mini-1.1.unused-ids"]) == ("16,384", "355")
+
+
+@pytest.mark.parametrize(("old", "new", "region"), [
+    ("| invariant | 64 | 0 / 4 | 125 | 0.438 |", "| invariant | 64 | 0 / 4 | 125 | 0.44 |", "serve-cpu-mini"),
+    ("| stock/static | 16 | 4 / 4 | 36 | 7.56 |", "| stock/static | 16 | 0 / 4 | 36 | 7.56 |", "serve-h100-6l-continuous"),
+    ("| stock | 64 | 4 / 4 | 132 |", "| stock | 64 | 4 / 4 | 131 |", "serve-h200-30l"),
+])
+def test_a_serving_table_cell_that_differs_from_its_run_is_found(tmp_path, old, new, region):
+    assert evidence.stale_regions(_root_with(tmp_path, "docs/serving.md", old, new)) == [f"docs/serving.md: {region}"]
+
+
+def test_a_serving_table_holds_a_row_per_mode_and_level_of_its_run():
+    rows = [line for line in gpu.serve_levels(ROOT, "h100-6l-continuous").splitlines()[2:]]
+    assert [row.split(" | ")[0:2] for row in rows] == [[f"| {run}", level] for run in
+                                                       ("invariant/continuous", "invariant/static", "stock/continuous",
+                                                        "stock/static") for level in ("1", "16")]

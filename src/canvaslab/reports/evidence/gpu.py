@@ -22,7 +22,8 @@ H100_RUN = RESULTS / "h100-gpu-run"
 H100_PROOFS = RESULTS / "h100-gpu-run-proofs"
 SERVE = {"h100-6l": RESULTS / "h100-serve-load", "h100-6l-continuous": RESULTS / "h100-serve-continuous-6l",
          "h200-30l": RESULTS / "h200-serve-load-30l", "cpu-mini": RESULTS / "cpu-serve-load",
-         "cpu-tiny": RESULTS / "cpu-serve-load-tiny"}
+         "cpu-tiny": RESULTS / "cpu-serve-load-tiny", "cpu-tiny-continuous": RESULTS / "cpu-serve-continuous-tiny",
+         "cpu-tiny-continuous-stock": RESULTS / "cpu-serve-continuous-tiny-stock"}
 _ENCODER_NORM_MEAN = re.compile(r"^model\.encoder\.language_model\.layers\.(\d+)\.[\w.]*norm::mean$")
 
 
@@ -221,6 +222,36 @@ def serve_row(root: Path, key: str, card: str) -> list[str]:
     rates = " against ".join(f"{b} {rates_text(cells[f'invariant/{b}'][2])}" for b in config["batchings"])
     return [what + f", {' and '.join(config['batchings'])} batching",
             f"probe answers differing from their answers alone: {differing}; invariant {rates} requests/s", folder]
+
+
+def _rate_text(value: float) -> str:
+    """Three significant digits, trailing zeros kept: 0.562, 3.40, 11.9, 130, 1,659."""
+    digits = 0 if value >= 100 else 1 if value >= 10 else 2 if value >= 1 else 3
+    return f"{value:,.{digits}f}"
+
+
+def serve_levels(root: Path, key: str) -> str:
+    """One serve-load run, a row per mode (and batching) and level: probes, throughput, latency, batches."""
+    runs = serve_runs(root, key)
+    streaming = any("first_chunk_p50_s" in level for run in runs.values() for level in run["levels"])
+    rows = []
+    for name, run in runs.items():
+        for level in run["levels"]:
+            row = [name, str(level["concurrency"]), f"{len(level['differing'])} / {level['probe_answers']}",
+                   str(level["requests"]), _rate_text(level["requests_per_s"]), _rate_text(level["tokens_per_s"])]
+            if streaming:
+                row.append(_rate_text(level["canvas_tokens_per_s"]))
+            row.append(f"{_rate_text(level['latency_p50_s'])} / {_rate_text(level['latency_p99_s'])}")
+            if streaming:
+                row.append(f"{_rate_text(level['first_chunk_p50_s'])} / {_rate_text(level['first_chunk_p99_s'])}")
+            sizes = sorted(level["batch_sizes"].items(), key=lambda item: int(item[0]))
+            row.append(", ".join(f"{size} x {count}" for size, count in sizes))
+            rows.append(row)
+    header = ["run" if streaming else "mode", "other clients", "probe answers differing", "requests", "requests/s",
+              "tokens/s"] + (["canvas tokens/s"] if streaming else []) + ["latency p50 / p99 (s)"] + (
+        ["first chunk p50 / p99 (s)"] if streaming else []) + [
+        "rows per batch or pass (size x count)" if streaming else "batches formed (rows x count)"]
+    return table(header, rows)
 
 
 def _limits(root: Path) -> tuple[dict[str, Any], dict[int, dict[str, Any]], dict[tuple[str, int, int], dict[str, Any]]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,7 +13,7 @@ from canvaslab.reports.evidence.sources import (
     BINS, GRAMMAR, SCORED_BY, SHIPPED, TASKS, counted, judged_prose, measured_regimes, order_rulings, quality_1_0,
     quality_1_1, result_file, score_text, split_1_0, table,
 )
-from canvaslab.reports.evidence.gpu import readme_gpu
+from canvaslab.reports.evidence.gpu import SERVE, readme_gpu, serve_levels
 
 _table = table
 
@@ -463,4 +464,5 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "noise-mini-1.1": noise_mini_1_1,
     "noise-mini-v4": noise_mini_v4,
     "noise-mini-1.0": noise_mini_1_0,
+    **{f"serve-{key}": partial(serve_levels, key=key) for key in SERVE},
 }
