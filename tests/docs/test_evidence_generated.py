@@ -127,7 +127,8 @@ def test_the_failure_counts_are_counted_from_the_stored_held_out_answers():
 def test_a_word_problem_answered_with_the_right_operation_leaves_the_wrong_count(tmp_path):
     def mend(quality):
         answers = quality["heldout_template"]["answers"]["diffusion"]
-        wrong = next(a for a in answers if a["task"] == "word" and "We subtract" in a["text"] and " + " in a["expected"])
+        wrong = next(a for a in answers
+                     if a["task"] == "word" and "We subtract" in a["text"] and " + " in a["expected"])
         wrong["text"] = wrong["text"].replace(" - ", " + ", 1)
     root = _results_with(tmp_path, "mini-grammar/quality_gpu.json", mend)
     assert figures(root)["mini-1.1.heldout.word.wrong-operation"] == "33 of 100"
@@ -159,7 +160,8 @@ def test_a_findings_count_typed_differently_from_its_file_is_named(tmp_path, old
 
 def test_the_noise_studies_counts_are_read_from_their_reports_and_plans():
     known = figures(ROOT)
-    assert (known["noise.mini-1.0-default.conditions"], known["noise.mini-1.0-default.random.pairs"]) == ("2,304", "768")
+    default = (known["noise.mini-1.0-default.conditions"], known["noise.mini-1.0-default.random.pairs"])
+    assert default == ("2,304", "768")
     assert (known["noise.mini-1.1.conditions"], known["noise.mini-1.1.class-conditions"]) == ("1,356", "452")
     assert known["noise.graded.prompts-needed"] == "568" and known["noise.graded.safeguard"] == "0/720"
     assert (known["noise.graded.content.common-less"], known["noise.graded.later.common-less"]) == ("1.55", "2.02")
@@ -195,7 +197,8 @@ def test_the_model_card_s_training_and_failure_counts_are_read_from_their_files(
 
 @pytest.mark.parametrize(("old", "new", "region"), [
     ("| invariant | 64 | 0 / 4 | 125 | 0.438 |", "| invariant | 64 | 0 / 4 | 125 | 0.44 |", "serve-cpu-mini"),
-    ("| stock/static | 16 | 4 / 4 | 36 | 7.56 |", "| stock/static | 16 | 0 / 4 | 36 | 7.56 |", "serve-h100-6l-continuous"),
+    ("| stock/static | 16 | 4 / 4 | 36 | 7.56 |", "| stock/static | 16 | 0 / 4 | 36 | 7.56 |",
+     "serve-h100-6l-continuous"),
     ("| stock | 64 | 4 / 4 | 132 |", "| stock | 64 | 4 / 4 | 131 |", "serve-h200-30l"),
 ])
 def test_a_serving_table_cell_that_differs_from_its_run_is_found(tmp_path, old, new, region):

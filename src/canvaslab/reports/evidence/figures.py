@@ -58,8 +58,9 @@ def _quality_values(root: Path) -> dict[str, str]:
     budget = result_file(root, SHIPPED / "quality_diffusion_add2_add3_word_fact_json_prose.json")["generation"][
         "max_denoising_steps"]
     values["mini-1.0.in.prose.to-budget"] = f"{sum(answer['passes'] >= budget for answer in prose)} of {len(prose)}"
-    values["mini-1.1.per-task"] = str(result_file(root, GRAMMAR / "quality_gpu.json")["per_task"])
-    values["mini-1.1.budget"] = str(result_file(root, GRAMMAR / "quality_gpu.json")["generation"]["max_denoising_steps"])
+    quality = result_file(root, GRAMMAR / "quality_gpu.json")
+    values["mini-1.1.per-task"] = str(quality["per_task"])
+    values["mini-1.1.budget"] = str(quality["generation"]["max_denoising_steps"])
     values["mini-1.0.heldout.per-task"] = str(result_file(root, HELDOUT / "quality_mini.json")["per_task"])
     values["judge.mini-1.1.held-out.word-pairs"] = f"{scores['heldout_template']['word_pairs']:.2f}"
     values["judge.mini-1.1.frequent-words"] = f"{judged_prose(root)['retrained on grammar']['frequent_word_share']:.2f}"
@@ -272,5 +273,6 @@ def _training_values(root: Path) -> dict[str, str]:
 
 def figures(root: Path) -> dict[str, str]:
     """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
-    return {**_quality_values(root), **_failure_values(root), **_noise_values(root), **_graded_noise_values(root), **_order_values(root),
-            **_serve_values(root), **_batch_values(root), **_training_values(root), **gpu_values(root)}
+    return {**_quality_values(root), **_failure_values(root), **_noise_values(root), **_graded_noise_values(root),
+            **_order_values(root), **_serve_values(root), **_batch_values(root), **_training_values(root),
+            **gpu_values(root)}
