@@ -210,3 +210,21 @@ def test_a_serving_table_holds_a_row_per_mode_and_level_of_its_run():
     assert [row.split(" | ")[0:2] for row in rows] == [[f"| {run}", level] for run in
                                                        ("invariant/continuous", "invariant/static", "stock/continuous",
                                                         "stock/static") for level in ("1", "16")]
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("| 6 | 32 | 7.79 | 2.53 | 18.7 / 70.6 |", "| 6 | 32 | 7.79 | 2.50 | 18.7 / 70.6 |"),
+    ("| 6 | 64 | not run | 2.67 | 26.7 / - |", "| 6 | 64 | does not fit | 2.67 | 26.7 / - |"),
+])
+def test_the_h200_speed_table_is_its_files(tmp_path, old, new):
+    stale = evidence.stale_regions(_root_with(tmp_path, "docs/invariant-generation.md", old, new))
+    assert stale == ["docs/invariant-generation.md: speed-h200"]
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("-->28.54<", "-->28.45<"), ("-->3.14x<", "-->1.30x<"), ("-->91 passed<", "-->92 passed<"),
+    ("-->62.2 GiB<", "-->60.0 GiB<"), ("-->15/15 passes identical (3.3 GB compared)<", "-->15/15 passes identical<"),
+])
+def test_a_figure_of_the_gpu_runs_on_the_invariant_page_that_differs_from_its_file_is_named(tmp_path, old, new):
+    stale = evidence.stale_regions(_root_with(tmp_path, "docs/invariant-generation.md", old, new))
+    assert len(stale) == 1 and stale[0].startswith("docs/invariant-generation.md: value ")

@@ -22,7 +22,8 @@ from canvaslab.reports.evidence.figures import figures
 from canvaslab.reports.evidence.tables import RENDERERS
 
 PAGES = ("README.md", "docs/findings-mini.md", "docs/mini-model.md", "docs/mini.md", "docs/evidence.md",
-         "docs/commit-order-study.md", "docs/noise-study.md", "docs/serving.md")
+         "docs/commit-order-study.md", "docs/noise-study.md", "docs/serving.md",
+         "docs/invariant-generation.md")
 REGION = re.compile(r"(<!-- evidence:(?P<name>[a-z0-9._-]+) -->\n)(?P<body>.*?)(<!-- /evidence -->)", re.DOTALL)
 CODE_SPAN = re.compile(r"`[^`\n]*`")
 VALUE = re.compile(r"(<!-- value:(?P<name>[a-z0-9._-]+) -->)(?P<body>.*?)(<!-- /value -->)")

@@ -9,7 +9,7 @@ from typing import Any
 
 from canvaslab.analysis import validity
 from canvaslab.reports.evidence.tables import GRADED
-from canvaslab.reports.evidence.gpu import SERVE, gpu_values, rates_text, serve_figures, serve_runs
+from canvaslab.reports.evidence.gpu import SERVE, gpu_values, h100_values, rates_text, serve_figures, serve_runs
 from canvaslab.reports.evidence.sources import (
     BINS, DISTILLATION, GRAMMAR, HELDOUT, SHIPPED, TASKS, counted, heldout_answers_1_1, judged_prose, measured_regimes,
     order_rulings, percent_text, quality_1_0, quality_1_1, result_file, score_text, split_1_0,
@@ -275,4 +275,4 @@ def figures(root: Path) -> dict[str, str]:
     """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
     return {**_quality_values(root), **_failure_values(root), **_noise_values(root), **_graded_noise_values(root),
             **_order_values(root), **_serve_values(root), **_batch_values(root), **_training_values(root),
-            **gpu_values(root)}
+            **gpu_values(root), **h100_values(root)}

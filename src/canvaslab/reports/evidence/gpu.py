@@ -130,11 +130,31 @@ def h200_proof_row(root: Path) -> list[str]:
             "`benchmarks/results/h200-invariant/`"]
 
 
-def h200_speed_row(root: Path) -> list[str]:
-    # B=1 at 6 layers: the later call's 8-pass difference over 7 repeats replaces the 4-pass one (NOTES.md, 4)
+def h200_throughput(root: Path) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
+    """The H200's runs at 6 and 30 layers by (mode, batch size).
+
+    At 6 layers and B=1 the later call's 8-pass difference over 7 repeats replaces the 4-pass one: one slow call
+    of three moved the 4-pass figure by 0.9 ms (``NOTES.md``, section 4).
+    """
     files = ("callA/throughput_6l.json", "callA/throughput_6l_b64.json", "callB/throughput_6l_b1_steps8.json")
     six = {key: run for name in files for key, run in throughput(root, H200 / name).items()}
-    deep = throughput(root, H200 / "callA/throughput_30l.json")
+    return six, throughput(root, H200 / "callA/throughput_30l.json")
+
+
+def speed_h200(root: Path) -> str:
+    """The H200's ms per row-step of one pass, stock beside invariant, with each mode's peak memory."""
+    rows = []
+    for layers, runs in zip((6, 30), h200_throughput(root)):
+        for batch in sorted({b for _, b in runs}):
+            peaks = [f"{runs[(m, batch)]['peak_memory_gib']:.1f}" if (m, batch) in runs else "-"
+                     for m in ("invariant", "stock")]
+            rows.append([str(layers), str(batch), _pass_ms(runs, "stock", batch), _pass_ms(runs, "invariant", batch),
+                         " / ".join(peaks)])
+    return table(["layers", "B", "stock", "invariant", "peak GiB invariant / stock"], rows)
+
+
+def h200_speed_row(root: Path) -> list[str]:
+    six, deep = h200_throughput(root)
     tracer = result_file(root, H200 / "callA/tracer_overhead_fast.json")
 
     def cells(runs: dict, batches: tuple[int, ...]) -> str:
@@ -328,8 +348,51 @@ def gpu_values(root: Path) -> dict[str, str]:
               "gpu.h200.6l.b32.invariant": f"{six[('invariant', 32)]['pass_ms_per_row_step']:.2f}",
               "gpu.h200.6l.b32.stock": f"{six[('stock', 32)]['pass_ms_per_row_step']:.2f}",
               "gpu.h200.tracer": f"{tracer['on_accept_pct_of_generate']:.2f}%"}
+    proofs = (("invariant_6l_mixed", "callB"), ("invariant_6l_copies", "callB"), ("invariant_30l_mixed", "callC"),
+              ("stock_6l_mixed", "callB"))
+    for name, call in proofs:
+        summary = proof(root, H200 / call / "proof" / name)
+        values[f"gpu.h200.proof.{name}"] = proof_text(summary)
+        values[f"gpu.h200.proof.{name}.classes"] = f"`{summary['equivalence_classes']}`"
+    for layers, call in ((6, "callB"), (30, "callC")):
+        runs = result_file(root, H200 / call / f"needle_{layers}l.json")["runs"]
+        values[f"gpu.h200.needle-{layers}l.peaks"] = " and ".join(f"{run['peak_memory_gib']:.1f}" for run in runs)
     for key, (folder, *names) in GENERATION_FILES.items():
         _, cells = generations(root, folder, *names)
         _, _, rates = generation_rates(cells)
         values.update({f"generations.{key}.{mode}": rate for mode, rate in rates.items()})
+    return values
+
+
+def h100_values(root: Path) -> dict[str, str]:
+    """The H100 run's figures: the card's measured limits, loading, memory, speed, proofs, needles, GPU tests."""
+    card, limits, speed = _limits(root)
+    built = result_file(root, H100_RUN / "load" / "load_30l.json")
+    checkpoint = result_file(root, H100_RUN / "load" / "checkpoint_6l.json")
+    memory = result_file(root, H100_RUN / "memory_30l_b32.json")
+    values = {"h100.card.copy": f"{card['copy_gb_s'] / 1000:.2f} TB/s",
+              "h100.card.matmul": f"{card['bf16_matmul_tflop_s']:.0f} TFLOP/s",
+              "h100.card.memory": f"{card['memory_gib']:.1f}",
+              "h100.built-30l": f"{built['weights_gib']:.2f} GiB of weights, device peak "
+                                f"{built['device_peak_gib']:.2f} GiB (+{built['device_peak_over_weights_gib']:.1f} "
+                                f"GiB), {built['load_s']:.1f} s",
+              "h100.checkpoint-6l.seconds": f"{checkpoint['load_s']:.1f} s",
+              "h100.checkpoint-6l.device-peak": f"{checkpoint['device_peak_gib']:.2f} GiB",
+              "h100.checkpoint-6l.host-rise": f"{checkpoint['host_peak_rise_gib']:.1f} GiB",
+              "h100.memory-30l.peak": f"{max(phase['peak_since_previous_gib'] for phase in memory['phases']):.1f} GiB",
+              "h100.gpu-tests": gpu_tests_passed(root, H100_PROOFS / "gpu_tests.txt")}
+    for layers, limit in limits.items():
+        values[f"h100.limit.{layers}l.weight-read"] = f"{limit['weight_read_ms']:.2f} ms"
+        values[f"h100.limit.{layers}l.compute"] = f"{limit['compute_ms_per_row']:.3g} ms"
+    for (mode, layers, batch), entry in speed.items():
+        values[f"h100.speed.{layers}l.b{batch}.{mode}"] = f"{entry['steady_ms_per_row_pass']:.2f}"
+        if mode == "invariant":
+            values[f"h100.speed.{layers}l.b{batch}.ratio"] = _versus_limit(entry).split(" the ")[0]
+    for name in ("invariant_6l_mixed", "invariant_30l_mixed", "stock_6l_mixed"):
+        summary = proof(root, H100_PROOFS / "proof" / name)
+        values[f"h100.proof.{name}"] = proof_text(summary)
+        values[f"h100.proof.{name}.classes"] = f"`{summary['equivalence_classes']}`"
+    for layers in (6, 30):
+        runs = result_file(root, H100_PROOFS / f"needle_{layers}l.json")["runs"]
+        values[f"h100.needle-{layers}l.peaks"] = " and ".join(f"{run['peak_memory_gib']:.1f}" for run in runs)
     return values

@@ -13,7 +13,7 @@ from canvaslab.reports.evidence.sources import (
     BINS, GRAMMAR, SCORED_BY, SHIPPED, TASKS, counted, judged_prose, measured_regimes, order_rulings, quality_1_0,
     quality_1_1, result_file, score_text, split_1_0, table,
 )
-from canvaslab.reports.evidence.gpu import SERVE, readme_gpu, serve_levels
+from canvaslab.reports.evidence.gpu import SERVE, readme_gpu, serve_levels, speed_h200
 
 _table = table
 
@@ -445,6 +445,7 @@ def readme_earlier(root: Path) -> str:
 
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "readme-gpu": readme_gpu,
+    "speed-h200": speed_h200,
     "readme-mini-1.1": readme_mini_1_1,
     "readme-earlier": readme_earlier,
     "quality-mini-1.1": quality_mini_1_1,
