@@ -228,3 +228,10 @@ def test_the_h200_speed_table_is_its_files(tmp_path, old, new):
 def test_a_figure_of_the_gpu_runs_on_the_invariant_page_that_differs_from_its_file_is_named(tmp_path, old, new):
     stale = evidence.stale_regions(_root_with(tmp_path, "docs/invariant-generation.md", old, new))
     assert len(stale) == 1 and stale[0].startswith("docs/invariant-generation.md: value ")
+
+
+def test_the_graded_noise_study_s_design_figures_are_read_from_its_plan_and_reports():
+    known = figures(ROOT)
+    assert (known["noise.graded.planning-sd"], known["noise.graded.power"]) == ("1.81", "0.00")
+    assert (known["noise.graded.pilot.prompts"], known["noise.graded.pilot.safeguard"]) == ("10", "0/120")
+    assert known["noise.graded.ids.never_seen"] == "1,757" and known["noise.graded.conditions"] == "720/720"

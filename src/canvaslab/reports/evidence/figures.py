@@ -161,9 +161,19 @@ def _graded_noise_values(root: Path) -> dict[str, str]:
     """The graded noise study's run of record: prompts, the prompts its power rule asked for, safeguard, common."""
     report = result_file(root, GRADED / "confirmatory" / "noise_study.json")
     power = result_file(root, GRADED / "confirmatory" / "plan.json")["first_pass"]["power"]["per_comparison"]
+    plan = result_file(root, GRADED / "confirmatory" / "plan.json")["first_pass"]["power"]
+    pilot = result_file(root, GRADED / "pilot" / "noise_study.json")
     values = {"noise.graded.prompts": str(report["prompts"]),
               "noise.graded.prompts-needed": str(max(c["prompts_needed"] for c in power.values())),
-              "noise.graded.safeguard": f"{report['safeguard']['fired']}/{report['safeguard']['compared']}"}
+              "noise.graded.planning-sd": f"{plan['planning_sd']:.2f}",
+              "noise.graded.power": f"{plan['tost_power_per_comparison']:.2f}",
+              "noise.graded.conditions": f"{report['conditions_run']}/{report['conditions_total']}",
+              "noise.graded.safeguard": f"{report['safeguard']['fired']}/{report['safeguard']['compared']}",
+              "noise.graded.pilot.prompts": str(pilot["prompts"]),
+              "noise.graded.pilot.conditions": str(pilot["conditions_run"]),
+              "noise.graded.pilot.safeguard": f"{pilot['safeguard']['fired']}/{pilot['safeguard']['compared']}"}
+    for stratum in report["graded"]["strata"]:
+        values[f"noise.graded.ids.{stratum['name']}"] = f"{stratum['id_count']:,}"
     for arm, strata in report["conclusion"]["per_stratum"].items():
         values[f"noise.graded.{arm}.common-less"] = f"{-strata['common']['mean_difference']:.2f}"
     return values
