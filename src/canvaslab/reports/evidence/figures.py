@@ -230,7 +230,8 @@ def _serve_values(root: Path) -> dict[str, str]:
     """Per serve-load run and mode: probe answers differing from their answers alone, and the requests/s range."""
     values = {}
     for key in SERVE:
-        for mode, run in serve_runs(root, key).items():
+        for run_name, run in serve_runs(root, key).items():
+            mode = run_name.replace("/", "-")  # invariant/continuous -> invariant-continuous: a mark's name
             differing, answers, rates = serve_figures(run)
             values[f"serve.{key}.{mode}.differing"] = f"{differing} of {answers}"
             values[f"serve.{key}.{mode}.requests"] = rates_text(rates)

@@ -340,7 +340,12 @@ def gpu_values(root: Path) -> dict[str, str]:
     six = throughput(root, H200 / "callA/throughput_6l.json")
     needle = max(run["peak_memory_gib"] for run in result_file(root, H200 / "callC/needle_30l.json")["runs"])
     tracer = result_file(root, H200 / "callA/tracer_overhead_fast.json")
-    values = {"batch.h200.first-difference": first_difference(result_file(root, H200_BATCH_STUDY)),
+    scans = {scan["mode"]: scan["ops"] for scan in result_file(root, H200_OP_SCAN)["scans"]}
+    held = sum(op["invariant"] for op in scans["invariant"].values())
+    values = {"opscan.h200.stock-split": str(sum(not op["invariant"] for op in scans["stock"].values())),
+              "opscan.h200.invariant-held": (f"each of the {held}" if held == len(scans["invariant"])
+                                             else f"{held} of the {len(scans['invariant'])}"),
+              "batch.h200.first-difference": first_difference(result_file(root, H200_BATCH_STUDY)),
               "gpu.h200.proof-6l.diverged": f"{mixed['diverged']}/{mixed['runs']}",
               "gpu.h200.proof-6l.passes": f"{mixed['passes_matching']}/{mixed['passes_total']}",
               "gpu.h200.proof-30l.passes": f"{deep['passes_matching']}/{deep['passes_total']}",
