@@ -235,3 +235,14 @@ def test_the_graded_noise_study_s_design_figures_are_read_from_its_plan_and_repo
     assert (known["noise.graded.planning-sd"], known["noise.graded.power"]) == ("1.81", "0.00")
     assert (known["noise.graded.pilot.prompts"], known["noise.graded.pilot.safeguard"]) == ("10", "0/120")
     assert known["noise.graded.ids.never_seen"] == "1,757" and known["noise.graded.conditions"] == "720/720"
+
+
+@pytest.mark.parametrize(("page", "old", "new"), [
+    ("docs/serving.md", "-->17.9<", "-->18.0<"),  # 17.95 requests/s once typed as 18.0
+    ("docs/serving.md", "-->1.7 to 1.8<", "-->1.7 to 1.9<"),
+    ("docs/evidence.md", "-->0.21-0.42<", "-->0.21-0.43<"),
+    ("docs/evidence.md", "opscan.h200.stock-split -->5<", "opscan.h200.stock-split -->4<"),
+])
+def test_a_serving_or_op_scan_figure_in_a_sentence_that_differs_from_its_run_is_named(tmp_path, page, old, new):
+    stale = evidence.stale_regions(_root_with(tmp_path, page, old, new))
+    assert len(stale) == 1 and stale[0].startswith(f"{page}: value ")

@@ -235,6 +235,13 @@ def _serve_values(root: Path) -> dict[str, str]:
             differing, answers, rates = serve_figures(run)
             values[f"serve.{key}.{mode}.differing"] = f"{differing} of {answers}"
             values[f"serve.{key}.{mode}.requests"] = rates_text(rates)
+            for level, rate in zip(run["levels"], rates):
+                values[f"serve.{key}.{mode}.requests-at-{level['concurrency']}"] = f"{rate:.1f}"
+        runs = serve_runs(root, key)
+        if {"invariant", "stock"} <= set(runs):
+            ratios = [serve_figures(runs["invariant"])[2][i] / rate
+                      for i, rate in enumerate(serve_figures(runs["stock"])[2])]
+            values[f"serve.{key}.speed-up"] = f"{min(ratios):.1f} to {max(ratios):.1f}"
     return values
 
 
