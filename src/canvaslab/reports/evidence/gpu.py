@@ -362,6 +362,16 @@ def gpu_values(root: Path) -> dict[str, str]:
     for layers, call in ((6, "callB"), (30, "callC")):
         runs = result_file(root, H200 / call / f"needle_{layers}l.json")["runs"]
         values[f"gpu.h200.needle-{layers}l.peaks"] = " and ".join(f"{run['peak_memory_gib']:.1f}" for run in runs)
+    limits = RESULTS / "h200-pass-limits"
+    for layers in (6, 30):
+        for name in (f"throughput_{layers}l.json", f"throughput_{layers}l_b128.json"):
+            for (mode, batch), run in throughput(root, limits / name).items():
+                values[f"h200-limits.{layers}l.b{batch}.{mode}"] = f"{run['pass_ms_per_row_step']:.2f}"
+    for (mode, batch), run in throughput(root, limits / "throughput_30l_one_repeat.json").items():
+        values[f"h200-limits.30l-one-repeat.b{batch}.{mode}"] = f"{run['pass_ms_per_row_step']:.1f}"
+    memory = result_file(root, limits / "memory_30l_b128.json")
+    values["h200-limits.memory-30l-b128.peak"] = f"{max(p['peak_since_previous_gib'] for p in memory['phases']):.1f}"
+    values["h200-limits.gpu-tests"] = gpu_tests_passed(root, limits / "gpu_tests.txt")
     for key, (folder, *names) in GENERATION_FILES.items():
         _, cells = generations(root, folder, *names)
         _, _, rates = generation_rates(cells)
