@@ -22,9 +22,11 @@ from canvaslab.reports.evidence.figures import figures
 from canvaslab.reports.evidence.tables import RENDERERS
 
 PAGES = ("README.md", "docs/findings-mini.md", "docs/mini-model.md", "docs/mini.md", "docs/evidence.md",
-         "docs/commit-order-study.md", "docs/noise-study.md")
-REGION = re.compile(r"(<!-- evidence:(?P<name>[a-z0-9.-]+) -->\n)(?P<body>.*?)(<!-- /evidence -->)", re.DOTALL)
-VALUE = re.compile(r"(<!-- value:(?P<name>[a-z0-9.-]+) -->)(?P<body>.*?)(<!-- /value -->)")
+         "docs/commit-order-study.md", "docs/noise-study.md", "docs/serving.md",
+         "docs/invariant-generation.md")
+REGION = re.compile(r"(<!-- evidence:(?P<name>[a-z0-9._-]+) -->\n)(?P<body>.*?)(<!-- /evidence -->)", re.DOTALL)
+CODE_SPAN = re.compile(r"`[^`\n]*`")
+VALUE = re.compile(r"(<!-- value:(?P<name>[a-z0-9._-]+) -->)(?P<body>.*?)(<!-- /value -->)")
 
 
 def render_page(text: str, root: Path) -> str:
@@ -34,6 +36,11 @@ def render_page(text: str, root: Path) -> str:
         if name not in RENDERERS:
             raise CanvaslabError(f"evidence: no renderer named {name!r} (known: {', '.join(RENDERERS)})")
         return f"{match[1]}{RENDERERS[name](root)}\n{match[4]}"
+    prose = CODE_SPAN.sub("", text)  # a page may show a mark as code: `<!-- value:NAME -->`
+    for mark, pattern in (("<!-- evidence:", REGION), ("<!-- value:", VALUE)):
+        if prose.count(mark) != len(pattern.findall(prose)):  # a mark the patterns skip would go unchecked
+            raise CanvaslabError(f"evidence: a {mark!r} mark whose name is not a-z, 0-9, '.', '_', '-', or that is "
+                                 "not closed")
     text = REGION.sub(fill, text)
     if not VALUE.search(text):
         return text

@@ -40,6 +40,12 @@ def result_file(root: Path, relative: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def counted(n: int, name: str) -> str:
     return f"{n:,} {name}{'' if n == 1 else 's'}"
 
@@ -66,6 +72,16 @@ def quality_1_1(root: Path) -> dict[str, dict[str, float | None]]:
         prose = [answer for answer in gpu[split]["answers"]["diffusion"] if answer["task"] == "prose"]
         scores[split]["prose_ended"] = (sum(answer["eos_position"] is not None for answer in prose), len(prose))
     return scores
+
+
+def heldout_answers_1_1(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """``mini`` 1.1.0's held-out-template answers by task (code from the sandboxed CPU run)."""
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for name in ("quality_gpu.json", "quality_code.json"):
+        for answer in result_file(root, GRAMMAR / name)["heldout_template"]["answers"]["diffusion"]:
+            if name == "quality_code.json" or answer["task"] != "code":
+                by_task.setdefault(answer["task"], []).append(answer)
+    return by_task
 
 
 def judged_prose(root: Path) -> dict[str, dict[str, float]]:

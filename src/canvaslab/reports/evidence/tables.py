@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -10,12 +11,12 @@ from canvaslab.analysis import validity
 from canvaslab.analysis.order_metrics import ONE_CALL
 from canvaslab.reports.evidence.sources import (
     BINS, GRAMMAR, SCORED_BY, SHIPPED, TASKS, counted, judged_prose, measured_regimes, order_rulings, quality_1_0,
-    quality_1_1, result_file, score_text, split_1_0,
+    quality_1_1, result_file, score_text, split_1_0, table,
 )
+from canvaslab.reports.evidence.gpu import SERVE, readme_gpu, serve_levels, speed_h200
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+_table = table
+
 
 
 def _accuracy(summary: dict[str, Any], baseline: dict[str, Any]) -> str:
@@ -443,6 +444,8 @@ def readme_earlier(root: Path) -> str:
 
 
 RENDERERS: dict[str, Callable[[Path], str]] = {
+    "readme-gpu": readme_gpu,
+    "speed-h200": speed_h200,
     "readme-mini-1.1": readme_mini_1_1,
     "readme-earlier": readme_earlier,
     "quality-mini-1.1": quality_mini_1_1,
@@ -462,4 +465,5 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "noise-mini-1.1": noise_mini_1_1,
     "noise-mini-v4": noise_mini_v4,
     "noise-mini-1.0": noise_mini_1_0,
+    **{f"serve-{key}": partial(serve_levels, key=key) for key in SERVE},
 }
