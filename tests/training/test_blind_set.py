@@ -109,3 +109,10 @@ def test_canonical_code_passes_its_tests_in_the_sandbox():
     for example in blind.task_items("code", 2):
         assert judge(example, example.answer) is True
         assert judge(example, "```python\ndef nothing(x):\n    return x\n```") is False
+
+
+def test_the_registered_hash_is_the_sets():
+    registration = blind.registered()
+    assert registration["generator_version"] == blind.GENERATOR_VERSION
+    assert (registration["seed"], registration["per_task"]) == (blind.BLIND_SEED, blind.PER_TASK)
+    assert blind.set_sha256(registration["per_task"], registration["seed"]) == registration["sha256"]
