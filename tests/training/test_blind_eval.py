@@ -111,6 +111,7 @@ def test_a_release_is_written_with_its_manifest_and_recorded(tmp_path, monkeypat
     assert "| json | 0/1 (0.00)" in table and "| add2 | 1/1 (1.00)" in table
     manifest = json.loads((tmp_path / "out" / "result.json").read_text())
     assert {run["file"] for run in manifest["runs"]} == {"blind_mini.json", "blind_mini.md"}
+    assert [run["file"] for run in json.loads((tmp_path / "result.json").read_text())["runs"]] == ["record.json"]
     assert all({"command", "canvaslab_version", "git_commit", "date", "environment"} <= set(run)
                for run in manifest["runs"])
     (entry,) = blind_eval.read_record(record)["evaluations"]

@@ -258,5 +258,6 @@ def blind_eval(
 
     table = run_release(package, examples, registration, out, record, rerun=rerun, device=device, dtype=dtype,
                         batch_size=batch_size)
-    typer.echo(printable(table))
+    for line in table.splitlines():
+        typer.echo(printable(line))
     typer.echo(printable(f"wrote {out}; recorded in {record}"))

@@ -177,4 +177,6 @@ def run_release(package, examples: Sequence[Example], registration: dict[str, An
     record_result(path, shows=shows, environment=environment)
     record_result(out / f"blind_{package.name}.md", shows=f"the table of {path.name}", environment=environment)
     add_to_record(record, package.distribution, registration["sha256"], _relative(path, record.parent), rerun)
+    record_result(record, shows="every evaluation on the blind set: release, set sha256, result file, date, re-run "
+                  "or not (the command is the latest evaluation's)", environment=environment)
     return table
