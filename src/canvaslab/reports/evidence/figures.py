@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from canvaslab.reports.evidence.sources import (
-    DISTILLATION, GRAMMAR, SHIPPED, TASKS, judged_prose, percent_text, quality_1_0, quality_1_1, result_file,
+    DISTILLATION, GRAMMAR, SHIPPED, TASKS, blind_evaluations, judged_prose, percent_text, quality_1_0, quality_1_1, result_file,
     score_text, split_1_0,
 )
+from canvaslab.scoring.probes.extraction import first_json_object
 
 NOISE = {"mini-1.0-default": SHIPPED / "noise_study",
          "mini-1.0-first-pass": Path("benchmarks/results/mini-noise-first-pass/confirmatory"),
@@ -152,7 +154,34 @@ def _training_values(root: Path) -> dict[str, str]:
     return values
 
 
+def _blind_failures(answers: list[dict]) -> dict[str, str]:
+    """How a release's blind answers go wrong, read from each answer and its item key (``tasks.blind``)."""
+    words = [a for a in answers if a["task"] == "word"]
+    signs = {"gain": ("We add", " + "), "loss": ("We subtract", " - ")}
+    right_operation = [a for a in words if any(s in a["text"] for s in signs[a["key"].split(":")[2][:4]])]
+    objects = [(first_json_object(a["text"]), json.loads(a["key"].split(":", 3)[3]))
+               for a in answers if a["task"] == "json"]
+    code = [a for a in answers if a["task"] == "code"]
+    named = sum(f"def {a['key'].rsplit(':', 1)[1]}(" in a["text"] for a in code)
+    return {"word.right-operation": f"{len(right_operation)} of {len(words)}",
+            "word.right-operation-wrong-result": str(sum(not a["score"] for a in right_operation)),
+            "json.parsed": f"{sum(found is not None for found, _ in objects)} of {len(objects)}",
+            "json.every-key": str(sum(found is not None and set(asked) <= set(found) for found, asked in objects)),
+            "code.named": f"{named} of {len(code)}"}
+
+
+def _blind_values(root: Path) -> dict[str, str]:
+    """Per release on the blind set (``blind.MODEL-VERSION.…``): its failures, counted."""
+    values = {}
+    for entry, result in blind_evaluations(root):
+        if entry["rerun"]:
+            continue
+        label = f"blind.{result['model']}-{result['release'].rsplit(' ', 1)[1]}"
+        values.update({f"{label}.{name}": value for name, value in _blind_failures(result["answers"]).items()})
+    return values
+
+
 def figures(root: Path) -> dict[str, str]:
     """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
     return {**_quality_values(root), **_noise_values(root), **_order_values(root), **_serve_values(root),
-            **_batch_values(root), **_training_values(root)}
+            **_batch_values(root), **_training_values(root), **_blind_values(root)}

@@ -9,9 +9,10 @@ from typing import Any, Callable
 from canvaslab.analysis import validity
 from canvaslab.analysis.order_metrics import ONE_CALL
 from canvaslab.reports.evidence.sources import (
-    BINS, GRAMMAR, SCORED_BY, SHIPPED, TASKS, counted, judged_prose, measured_regimes, order_rulings, quality_1_0,
+    BINS, GRAMMAR, SCORED_BY, SHIPPED, TASKS, blind_evaluations, counted, judged_prose, measured_regimes, order_rulings, quality_1_0,
     quality_1_1, result_file, score_text, split_1_0,
 )
+from canvaslab.training.blind_eval import score_text as blind_score
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
@@ -442,6 +443,19 @@ def readme_earlier(root: Path) -> str:
     return _table(["what", "result", "folder"], rows)
 
 
+def blind_mini(root: Path) -> str:
+    """Every release evaluated on the blind set: per task k/n, the share and its Wilson 95% interval as the
+    validity rules allow (no interval from fewer than 5 right or 5 wrong answers)."""
+    evaluations = blind_evaluations(root)
+    header = ["task"] + [f"`{result['model']}` {result['release'].rsplit(' ', 1)[1]}"
+                         + (" (re-run)" if entry["rerun"] else "") for entry, result in evaluations]
+    tasks = dict.fromkeys(task for _, result in evaluations for task in result["summary"])
+    labels = dict(TASKS)
+    rows = [[labels.get(task, task).split(" (")[0]] + [blind_score(result["summary"][task])
+                                                        for _, result in evaluations] for task in tasks]
+    return _table(header, rows)
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "readme-mini-1.1": readme_mini_1_1,
     "readme-earlier": readme_earlier,
@@ -462,4 +476,5 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "noise-mini-1.1": noise_mini_1_1,
     "noise-mini-v4": noise_mini_v4,
     "noise-mini-1.0": noise_mini_1_0,
+    "blind-mini": blind_mini,
 }
