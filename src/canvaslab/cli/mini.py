@@ -230,8 +230,8 @@ def blind_eval(
     model: str = typer.Option("mini", "--model", help="an installed model: mini (diffusion) or mini-ar (causal)"),
     out: Path = typer.Option(..., "--out", help="new folder for the answers, the table and result.json"),
     record: Path = typer.Option(BLIND_RECORD, "--record", help="the record of evaluations, release -> result"),
-    rerun: bool = typer.Option(False, "--rerun/--first-run", help="evaluate a release already in the record again (recorded "
-                               "as a re-run)"),
+    rerun: bool = typer.Option(False, "--rerun/--first-run",
+                               help="evaluate a release already in the record again (recorded as a re-run)"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda", callback=options.device),
     dtype: str = typer.Option("float32", "--dtype", help="compute dtype: float32 (CPU) or bfloat16",
                               callback=options.one_of(("float32", "bfloat16"))),

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from canvaslab.reports.evidence.sources import (
-    DISTILLATION, GRAMMAR, SHIPPED, TASKS, blind_evaluations, judged_prose, percent_text, quality_1_0, quality_1_1, result_file,
-    score_text, split_1_0,
+    DISTILLATION, GRAMMAR, SHIPPED, TASKS, blind_evaluations, judged_prose, percent_text, quality_1_0, quality_1_1,
+    result_file, score_text, split_1_0,
 )
 from canvaslab.scoring.probes.extraction import first_json_object
 
@@ -154,7 +154,7 @@ def _training_values(root: Path) -> dict[str, str]:
     return values
 
 
-def _blind_failures(answers: list[dict]) -> dict[str, str]:
+def blind_failures(answers: list[dict]) -> dict[str, str]:
     """How a release's blind answers go wrong, read from each answer and its item key (``tasks.blind``)."""
     words = [a for a in answers if a["task"] == "word"]
     signs = {"gain": ("We add", " + "), "loss": ("We subtract", " - ")}
@@ -177,7 +177,7 @@ def _blind_values(root: Path) -> dict[str, str]:
         if entry["rerun"]:
             continue
         label = f"blind.{result['model']}-{result['release'].rsplit(' ', 1)[1]}"
-        values.update({f"{label}.{name}": value for name, value in _blind_failures(result["answers"]).items()})
+        values.update({f"{label}.{name}": value for name, value in blind_failures(result["answers"]).items()})
     return values
 
 

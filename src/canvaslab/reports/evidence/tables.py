@@ -9,8 +9,8 @@ from typing import Any, Callable
 from canvaslab.analysis import validity
 from canvaslab.analysis.order_metrics import ONE_CALL
 from canvaslab.reports.evidence.sources import (
-    BINS, GRAMMAR, SCORED_BY, SHIPPED, TASKS, blind_evaluations, counted, judged_prose, measured_regimes, order_rulings, quality_1_0,
-    quality_1_1, result_file, score_text, split_1_0,
+    BINS, GRAMMAR, SCORED_BY, SHIPPED, TASKS, blind_evaluations, counted, judged_prose, measured_regimes, order_rulings,
+    quality_1_0, quality_1_1, result_file, score_text, split_1_0,
 )
 from canvaslab.training.blind_eval import score_text as blind_score
 
