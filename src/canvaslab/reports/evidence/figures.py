@@ -171,13 +171,14 @@ def blind_failures(answers: list[dict]) -> dict[str, str]:
 
 
 def _blind_values(root: Path) -> dict[str, str]:
-    """Per release on the blind set (``blind.MODEL-VERSION.…``): its failures, counted."""
+    """Per release on the blind set (``blind.MODEL-VERSION.…``): k/n per task and its failures, counted."""
     values = {}
     for entry, result in blind_evaluations(root):
         if entry["rerun"]:
             continue
         label = f"blind.{result['model']}-{result['release'].rsplit(' ', 1)[1]}"
         values.update({f"{label}.{name}": value for name, value in blind_failures(result["answers"]).items()})
+        values.update({f"{label}.{task}": f"{cell['k']}/{cell['n']}" for task, cell in result["summary"].items()})
     return values
 
 
