@@ -242,6 +242,7 @@ def blind_eval(
 ) -> None:
     """Evaluate one release of a `mini` model once on the registered blind test set: the set is regenerated and
     its hash checked first, and a release already in the record is refused unless --rerun."""
+    require("analysis", "canvaslab mini blind-eval")  # scipy: the Wilson intervals
     from canvaslab.models.registry import model_package
     from canvaslab.training.blind_eval import check_release, checked_set, read_record
     from canvaslab.training.tasks import blind
