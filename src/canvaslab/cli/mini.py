@@ -203,3 +203,62 @@ def card(
         if folder is not None and not (folder / "training.json").is_file():
             raise CanvaslabError(f"{folder}: no training.json, so not a training run's folder")
     typer.echo(printable(f"wrote {write_card(run, sibling=sibling)}"))
+
+
+BLIND_RECORD = Path("benchmarks/results/mini-blind/record.json")
+
+
+@mini_app.command("blind-set")
+def blind_set(
+    out: Path = typer.Option(..., "--out", help="JSONL file to write: the registered blind test set"),
+) -> None:
+    """Write the blind test set (one item a line: task, prompt, reference, checker), checked against its
+    registered sha256."""
+    from canvaslab.io import write_text_atomic
+    from canvaslab.training.blind_eval import checked_set
+    from canvaslab.training.tasks import blind
+
+    _out_file(out)
+    registration = blind.registered()
+    checked_set(registration)
+    write_text_atomic(out, blind.set_bytes(registration["per_task"], registration["seed"]).decode("ascii"))
+    typer.echo(printable(f"wrote {out}: {registration['items']} items, sha256 {registration['sha256']}"))
+
+
+@mini_app.command("blind-eval")
+def blind_eval(
+    model: str = typer.Option("mini", "--model", help="an installed model: mini (diffusion) or mini-ar (causal)"),
+    out: Path = typer.Option(..., "--out", help="new folder for the answers, the table and result.json"),
+    record: Path = typer.Option(BLIND_RECORD, "--record", help="the record of evaluations, release -> result"),
+    rerun: bool = typer.Option(False, "--rerun/--first-run",
+                               help="evaluate a release already in the record again (recorded as a re-run)"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda", callback=options.device),
+    dtype: str = typer.Option("float32", "--dtype", help="compute dtype: float32 (CPU) or bfloat16",
+                              callback=options.one_of(("float32", "bfloat16"))),
+    batch_size: int = typer.Option(1, "--batch-size", min=1, max=4096, help="rows per generate call (1 on a CPU: a "
+                                   "finished row does not wait on one that runs to the pass budget)"),
+    registration_file: Optional[Path] = typer.Option(None, "--registration", hidden=True,
+                                                     help="another registration file (tests)"),
+) -> None:
+    """Evaluate one release of a `mini` model once on the registered blind test set: the set is regenerated and
+    its hash checked first, and a release already in the record is refused unless --rerun."""
+    require("analysis", "canvaslab mini blind-eval")  # scipy: the Wilson intervals
+    from canvaslab.models.registry import model_package
+    from canvaslab.training.blind_eval import check_release, checked_set, read_record
+    from canvaslab.training.tasks import blind
+
+    for path, option in ((out, "--out"), (record, "--record")):
+        check_names(path, option)
+    if _out_folder(out).exists() and any(out.iterdir()):
+        raise CanvaslabError(f"--out {out} is not empty: choose a new folder")
+    package = model_package(model)
+    registration = blind.registered(registration_file) if registration_file else blind.registered()
+    check_release(read_record(record), package.distribution, registration["sha256"], rerun)
+    examples = checked_set(registration)
+    from canvaslab.training.blind_eval import run_release
+
+    table = run_release(package, examples, registration, out, record, rerun=rerun, device=device, dtype=dtype,
+                        batch_size=batch_size)
+    for line in table.splitlines():
+        typer.echo(printable(line))
+    typer.echo(printable(f"wrote {out}; recorded in {record}"))

@@ -11,9 +11,11 @@ from canvaslab.analysis import validity
 from canvaslab.reports.evidence.tables import GRADED
 from canvaslab.reports.evidence.gpu import SERVE, gpu_values, h100_values, rates_text, serve_figures, serve_runs
 from canvaslab.reports.evidence.sources import (
-    BINS, DISTILLATION, GRAMMAR, HELDOUT, SHIPPED, TASKS, counted, heldout_answers_1_1, judged_prose, measured_regimes,
-    order_rulings, percent_text, quality_1_0, quality_1_1, result_file, score_text, split_1_0,
+    BINS, DISTILLATION, GRAMMAR, HELDOUT, SHIPPED, TASKS, blind_evaluations, counted, heldout_answers_1_1,
+    judged_prose, measured_regimes, order_rulings, percent_text, quality_1_0, quality_1_1, result_file, score_text,
+    split_1_0,
 )
+from canvaslab.scoring.probes.extraction import first_json_object
 
 NOISE = {"mini-1.0-default": SHIPPED / "noise_study",
          "mini-1.0-first-pass": Path("benchmarks/results/mini-noise-first-pass/confirmatory"),
@@ -289,8 +291,36 @@ def _training_values(root: Path) -> dict[str, str]:
     return values
 
 
+def blind_failures(answers: list[dict]) -> dict[str, str]:
+    """How a release's blind answers go wrong, read from each answer and its item key (``tasks.blind``)."""
+    words = [a for a in answers if a["task"] == "word"]
+    signs = {"gain": ("We add", " + "), "loss": ("We subtract", " - ")}
+    right_operation = [a for a in words if any(s in a["text"] for s in signs[a["key"].split(":")[2][:4]])]
+    objects = [(first_json_object(a["text"]), json.loads(a["key"].split(":", 3)[3]))
+               for a in answers if a["task"] == "json"]
+    code = [a for a in answers if a["task"] == "code"]
+    named = sum(f"def {a['key'].rsplit(':', 1)[1]}(" in a["text"] for a in code)
+    return {"word.right-operation": f"{len(right_operation)} of {len(words)}",
+            "word.right-operation-wrong-result": str(sum(not a["score"] for a in right_operation)),
+            "json.parsed": f"{sum(found is not None for found, _ in objects)} of {len(objects)}",
+            "json.every-key": str(sum(found is not None and set(asked) <= set(found) for found, asked in objects)),
+            "code.named": f"{named} of {len(code)}"}
+
+
+def _blind_values(root: Path) -> dict[str, str]:
+    """Per release on the blind set (``blind.MODEL-VERSION.…``): k/n per task and its failures, counted."""
+    values = {}
+    for entry, result in blind_evaluations(root):
+        if entry["rerun"]:
+            continue
+        label = f"blind.{result['model']}-{result['release'].rsplit(' ', 1)[1]}"
+        values.update({f"{label}.{name}": value for name, value in blind_failures(result["answers"]).items()})
+        values.update({f"{label}.{task}": f"{cell['k']}/{cell['n']}" for task, cell in result["summary"].items()})
+    return values
+
+
 def figures(root: Path) -> dict[str, str]:
     """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
     return {**_quality_values(root), **_failure_values(root), **_noise_values(root), **_graded_noise_values(root),
             **_order_values(root), **_serve_values(root), **_batch_values(root), **_training_values(root),
-            **gpu_values(root), **h100_values(root)}
+            **gpu_values(root), **h100_values(root), **_blind_values(root)}

@@ -22,6 +22,7 @@ GRAMMAR = Path("benchmarks/results/mini-grammar")
 SHIPPED = Path("benchmarks/results/mini")
 HELDOUT = Path("benchmarks/results/mini-heldout-templates")
 DISTILLATION = Path("benchmarks/results/mini-distillation-cpu")
+BLIND = Path("benchmarks/results/mini-blind")
 TASKS = (("add2", "2-digit sums"), ("add3", "3-digit sums"), ("add_mixed", "sums of two widths"),
          ("word", "word problems"), ("fact", "facts"), ("json", "JSON (valid, the requested keys, types and values)"),
          ("code", "code (passes its tests in the sandbox)"))
@@ -103,6 +104,12 @@ def quality_1_0(root: Path, model: str) -> tuple[dict[str, Any], list[dict[str, 
         summary.update(quality[model])
         answers += quality["answers"][model]
     return summary, answers
+
+
+def blind_evaluations(root: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every evaluation on the blind set, in the record's order: its record entry and its result file."""
+    record = result_file(root, BLIND / "record.json")
+    return [(entry, result_file(root, BLIND / entry["result"])) for entry in record["evaluations"]]
 
 
 @cache

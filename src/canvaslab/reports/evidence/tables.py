@@ -10,10 +10,11 @@ from typing import Any, Callable
 from canvaslab.analysis import validity
 from canvaslab.analysis.order_metrics import ONE_CALL
 from canvaslab.reports.evidence.sources import (
-    BINS, GRAMMAR, SCORED_BY, SHIPPED, TASKS, counted, judged_prose, measured_regimes, order_rulings, quality_1_0,
-    quality_1_1, result_file, score_text, split_1_0, table,
+    BINS, GRAMMAR, SCORED_BY, SHIPPED, TASKS, blind_evaluations, counted, judged_prose, measured_regimes, order_rulings,
+    quality_1_0, quality_1_1, result_file, score_text, split_1_0, table,
 )
 from canvaslab.reports.evidence.gpu import SERVE, readme_gpu, serve_levels, speed_h200
+from canvaslab.training.blind_eval import score_text as blind_score
 
 _table = table
 
@@ -443,6 +444,19 @@ def readme_earlier(root: Path) -> str:
     return _table(["what", "result", "folder"], rows)
 
 
+def blind_mini(root: Path) -> str:
+    """Every release evaluated on the blind set: per task k/n, the share and its Wilson 95% interval as the
+    validity rules allow (no interval from fewer than 5 right or 5 wrong answers)."""
+    evaluations = blind_evaluations(root)
+    header = ["task"] + [f"`{result['model']}` {result['release'].rsplit(' ', 1)[1]}"
+                         + (" (re-run)" if entry["rerun"] else "") for entry, result in evaluations]
+    tasks = dict.fromkeys(task for _, result in evaluations for task in result["summary"])
+    labels = dict(TASKS)
+    rows = [[labels.get(task, task).split(" (")[0]] + [blind_score(result["summary"][task])
+                                                        for _, result in evaluations] for task in tasks]
+    return _table(header, rows)
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "readme-gpu": readme_gpu,
     "speed-h200": speed_h200,
@@ -466,4 +480,5 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "noise-mini-v4": noise_mini_v4,
     "noise-mini-1.0": noise_mini_1_0,
     **{f"serve-{key}": partial(serve_levels, key=key) for key in SERVE},
+    "blind-mini": blind_mini,
 }
