@@ -256,3 +256,29 @@ def test_a_serving_or_op_scan_figure_in_a_sentence_that_differs_from_its_run_is_
 def test_a_pass_limits_figure_that_differs_from_its_file_is_named(tmp_path, page, old, new):
     stale = evidence.stale_regions(_root_with(tmp_path, page, old, new))
     assert len(stale) == 1 and stale[0].startswith(f"{page}: value ")
+
+
+def test_kernels_per_pass_and_per_layer_are_read_from_the_profiles():
+    values = figures(ROOT)
+    profile = gpu.profile_batches(ROOT, gpu.H100_ROUTING / "profile_30l_steady.txt")
+    assert values["h100-routing.profile.30l.b1.launches"] == f"{profile[1]['launches']:,}"
+    six = gpu.profile_batches(ROOT, gpu.H100_ROUTING / "profile_6l_steady.txt")[1]["launches"]
+    assert values["h100-routing.profile.per-layer.b1"] == f"{(profile[1]['launches'] - six) / 24:.1f}"
+    assert values["h100-routing.profile.30l.b1.router"].endswith("in 30 launches")
+
+
+@pytest.mark.parametrize(("page", "old", "new", "name"), [
+    ("docs/invariant-generation.md", "launches -->1,263<", "launches -->1,200<", "h100-routing.profile.30l.b1.launches"),
+    ("docs/noise-study.md", "later.sd -->1.1e-05<", "later.sd -->1e-06<", "noise.v4-gpu.later.sd"),
+    ("docs/noise-study.md", "same-answers -->10 of 10<", "same-answers -->9 of 10<", "noise.v4-gpu.same-answers"),
+])
+def test_a_routing_or_device_agreement_figure_typed_differently_is_named(tmp_path, page, old, new, name):
+    assert any(name in stale for stale in evidence.stale_regions(_root_with(tmp_path, page, old, new)))
+
+
+def test_stratum_answers_that_differ_between_devices_are_counted(tmp_path):
+    def flip(data):
+        data["conclusion"]["per_stratum"]["content"]["never_seen"]["verdict"] = "undecided"
+
+    root = _results_with(tmp_path, "mini-noise-v4/confirmatory-gpu/noise_study.json", flip)
+    assert figures(root)["noise.v4-gpu.same-answers"] == "9 of 10"

@@ -33,7 +33,7 @@ def test_expert_grouping_equals_the_sorted_path(batch):
         assert torch.equal(got_part, expected)
 
 
-def test_route_matches_the_op_path_and_rows_equal_alone():
+def test_route_picks_the_op_paths_experts_and_rows_equal_alone():
     from canvaslab.invariant import ops
     from canvaslab.invariant.triton_kernels import route
 
@@ -47,9 +47,11 @@ def test_route_matches_the_op_path_and_rows_equal_alone():
         stock_weights, stock_index = torch.topk(stock_probabilities, k=TOP_K, dim=-1)
         stock_weights /= stock_weights.sum(dim=-1, keepdim=True)
         stock_weights = stock_weights * expert_scale[stock_index]
+    # On an H100 the chosen experts were the op path's, but the probabilities differed in their last bits: the
+    # fused kernel rounds its softmax on its own (docs/invariant-generation.md). Invariance is the rows alone below.
     assert torch.equal(index, stock_index)
-    assert torch.equal(probabilities, stock_probabilities)
-    assert torch.equal(weights, stock_weights)
+    torch.testing.assert_close(probabilities, stock_probabilities, rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(weights, stock_weights, rtol=1e-5, atol=1e-8)
     for row in (0, 63, 64, 255, 8191):
         alone = route(scores[row:row + 1], expert_scale, TOP_K)
         for full, one in zip((probabilities, weights, index), alone):

@@ -9,7 +9,9 @@ from typing import Any
 
 from canvaslab.analysis import validity
 from canvaslab.reports.evidence.tables import GRADED
-from canvaslab.reports.evidence.gpu import SERVE, gpu_values, h100_values, rates_text, serve_figures, serve_runs
+from canvaslab.reports.evidence.gpu import (
+    SERVE, gpu_values, h100_values, rates_text, routing_values, serve_figures, serve_runs,
+)
 from canvaslab.reports.evidence.sources import (
     BINS, DISTILLATION, GRAMMAR, HELDOUT, SHIPPED, TASKS, blind_evaluations, counted, heldout_answers_1_1,
     judged_prose, measured_regimes, order_rulings, percent_text, quality_1_0, quality_1_1, result_file, score_text,
@@ -319,8 +321,28 @@ def _blind_values(root: Path) -> dict[str, str]:
     return values
 
 
+def _device_agreement_values(root: Path) -> dict[str, str]:
+    """The graded plan's CPU run of record against its float32 H100 run: per arm the largest per-condition sd and
+    difference of the primary outcome, and how many stratum answers the two runs share."""
+    folder = GRADED
+    agreement = result_file(root, folder / "agreement-gpu-cpu.json")
+    primary = agreement["outcomes"][agreement["primary_outcome"]]
+    values = {"noise.v4-gpu.conditions": str(agreement["conditions"])}
+    for arm in ("content", "later"):
+        cells = [cell for key, cell in primary.items() if key.startswith(f"{arm} ")]
+        values[f"noise.v4-gpu.{arm}.sd"] = f"{max(cell['sd'] for cell in cells):.2g}"
+        values[f"noise.v4-gpu.{arm}.max"] = f"{max(cell['max_abs'] for cell in cells):.2g}"
+    answers = [result_file(root, folder / run / "noise_study.json")["conclusion"]["per_stratum"]
+               for run in ("confirmatory", "confirmatory-gpu")]
+    pairs = [(cpu[stratum]["verdict"], answers[1][arm][stratum]["verdict"])
+             for arm, cpu in answers[0].items() for stratum in cpu]
+    values["noise.v4-gpu.same-answers"] = f"{sum(a == b for a, b in pairs)} of {len(pairs)}"
+    return values
+
+
 def figures(root: Path) -> dict[str, str]:
     """Every figure a sentence may carry, by name: ``<!-- value:NAME -->FIGURE<!-- /value -->`` on a page."""
     return {**_quality_values(root), **_failure_values(root), **_noise_values(root), **_graded_noise_values(root),
             **_order_values(root), **_serve_values(root), **_batch_values(root), **_training_values(root),
-            **gpu_values(root), **h100_values(root), **_blind_values(root)}
+            **gpu_values(root), **h100_values(root), **routing_values(root), **_blind_values(root),
+            **_device_agreement_values(root)}

@@ -21,6 +21,7 @@ H200_GENERATIONS = RESULTS / "h200-30l-generations"
 H100_RUN = RESULTS / "h100-gpu-run"
 H100_PROOFS = RESULTS / "h100-gpu-run-proofs"
 SERVE = {"h100-6l": RESULTS / "h100-serve-load", "h100-6l-continuous": RESULTS / "h100-serve-continuous-6l",
+         "h100-6l-continuous-fused": RESULTS / "h100-serve-continuous-fused-6l",
          "h200-30l": RESULTS / "h200-serve-load-30l", "cpu-mini": RESULTS / "cpu-serve-load",
          "cpu-tiny": RESULTS / "cpu-serve-load-tiny", "cpu-tiny-continuous": RESULTS / "cpu-serve-continuous-tiny",
          "cpu-tiny-continuous-stock": RESULTS / "cpu-serve-continuous-tiny-stock"}
@@ -410,4 +411,69 @@ def h100_values(root: Path) -> dict[str, str]:
     for layers in (6, 30):
         runs = result_file(root, H100_PROOFS / f"needle_{layers}l.json")["runs"]
         values[f"h100.needle-{layers}l.peaks"] = " and ".join(f"{run['peak_memory_gib']:.1f}" for run in runs)
+    return values
+
+
+H100_ROUTING = RESULTS / "h100-routing-kernels"
+
+
+def profile_batches(root: Path, path: Path) -> dict[int, dict[str, Any]]:
+    """A steady-state profile's figures per batch size: ms per row-pass (step), kernels and ms of one replayed
+    pass, and each listed kernel's ms and calls per pass."""
+    found: dict[int, dict[str, Any]] = {}
+    batch = None
+    for line in (root / path).read_text(encoding="utf-8").splitlines():
+        if match := re.match(r"## steady state batch=(\d+)", line):
+            batch = int(match.group(1))
+            found[batch] = {"kernels": {}}
+        elif batch is None:
+            continue
+        elif match := re.match(r"\s+per row-pass: step ([\d.]+) ms", line):
+            found[batch]["row_pass_ms"] = float(match.group(1))
+        elif match := re.match(r"\s+all kernels\s+([\d.]+)\s+([\d.]+)", line):
+            found[batch]["pass_ms"], found[batch]["launches"] = float(match.group(1)), int(float(match.group(2)))
+        elif match := re.match(r"\s+([\d.]+)\s+([\d.]+)\s+.+?\s{2,}(\S+)$", line):
+            found[batch]["kernels"].setdefault(match.group(3), (float(match.group(1)), float(match.group(2))))
+    return found
+
+
+def routing_values(root: Path) -> dict[str, str]:
+    """The H100 run of the routing kernels: speed against the card's limits, kernels per pass from the profiles,
+    the router kernel's share, proofs, op scan, needle, GPU tests, the 6-layer checkpoint's host memory."""
+    limits = result_file(root, H100_ROUTING / "limits.json")
+    values: dict[str, str] = {}
+    for entry in limits["speed"]:
+        key = f"h100-routing.speed.{entry['layers']}l.b{entry['batch']}.{entry['mode']}"
+        values[key] = f"{entry['steady_ms_per_row_pass']:.2f}"
+        if entry["mode"] == "invariant":
+            values[key.replace(".invariant", ".ratio")] = _versus_limit(entry).split(" the ")[0]
+    for layers in (6, 30):
+        for batch, figures in profile_batches(root, H100_ROUTING / f"profile_{layers}l_steady.txt").items():
+            prefix = f"h100-routing.profile.{layers}l.b{batch}"
+            values[f"{prefix}.launches"] = f"{figures['launches']:,}"
+            values[f"{prefix}.row-pass"] = f"{figures['row_pass_ms']:.2f}"
+            router = figures["kernels"].get("_router_kernel")
+            if router:
+                values[f"{prefix}.router"] = f"{router[0]:.2f} ms in {router[1]:.0f} launches"
+    for batch, figures in profile_batches(root, H100_RUN / "profile_30l_steady.txt").items():
+        values[f"h100.profile.30l.b{batch}.launches"] = f"{figures['launches']:,}"
+    for batch in (1, 32):  # the difference of the two depths' profiles over their 24 layers
+        launches = [int(values[f"h100-routing.profile.{layers}l.b{batch}.launches"].replace(",", "")) for layers in (6, 30)]
+        values[f"h100-routing.profile.per-layer.b{batch}"] = f"{(launches[1] - launches[0]) / 24:.1f}"
+    for name in ("invariant_6l_mixed", "invariant_30l_mixed", "stock_6l_mixed"):
+        values[f"h100-routing.proof.{name}"] = proof_text(proof(root, H100_ROUTING / "proof" / name))
+    scans = {scan["mode"]: scan for scan in result_file(root, H100_ROUTING / "op_scan" / "op_scan.json")["scans"]}
+    invariant = scans["invariant"]["ops"]
+    held = sum(1 for entry in invariant.values() if len(entry["classes"]) == 1)
+    values["h100-routing.op-scan"] = (f"{held} of {len(invariant)} ops one class at B = "
+                                      f"{', '.join(map(str, scans['invariant']['batch_sizes']))}")
+    values["h100-routing.op-scan.stock-split"] = str(sum(1 for entry in scans["stock"]["ops"].values() if len(entry["classes"]) > 1))
+    runs = result_file(root, H100_ROUTING / "needle_6l.json")["runs"]
+    values["h100-routing.needle-6l"] = ("identical" if all(run["identical"] for run in runs) else "differed") + \
+        " at B = " + " and ".join(str(run["batch"]) for run in runs)
+    values["h100-routing.gpu-tests"] = gpu_tests_passed(root, H100_ROUTING / "gpu_tests.txt")
+    checkpoint = result_file(root, H100_ROUTING / "load" / "checkpoint_6l.json")
+    values["h100-routing.checkpoint-6l.anonymous-rise"] = f"{checkpoint['host_anonymous_rise_gib']:.2f} GiB"
+    values["h100-routing.checkpoint-6l.largest-shard"] = f"{checkpoint['largest_shard_gib']:.2f} GiB"
+    values["h100-routing.checkpoint-6l.rss-rise"] = f"{checkpoint['host_peak_rise_gib']:.1f} GiB"
     return values
