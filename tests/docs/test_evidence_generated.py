@@ -65,7 +65,7 @@ def test_the_readme_gpu_rows_include_the_h100_s_speed_memory_proofs_and_continuo
     assert "B=32 2.78 (3.14x the compute limit) / 9.39" in rows
     assert "47.03 GiB of weights, device peak 47.14 GiB" in rows and "1,024-token prompts: finished" in rows
     assert "`benchmarks/results/h100-gpu-run-proofs/`" in rows and "GPU tests 91 passed" in rows
-    assert "`benchmarks/results/h100-serve-continuous-6l/`" in rows
+    assert "`benchmarks/results/h100-serve-continuous-fused-6l/`" in rows  # the run of the current stepper
 
 
 def test_where_the_batch_study_first_differs_is_counted_from_its_runs():

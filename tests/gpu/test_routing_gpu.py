@@ -1,9 +1,8 @@
 """The routing kernels compiled for the GPU, at the real model's sizes, against the ops they replace.
 
-The grouping is integer arithmetic: it must equal the stable sort path bit for bit at every size. The router
-computes the op path's operations over tiles of the same shape and warps; compiled for sm_90, its softmax sum and
-its renormalisation sum get the same blocked layouts as ``row_reduce``'s (so the same reduction trees) and the
-same division instructions, so it must equal the op path bit for bit too, and each row the row alone.
+The grouping is integer arithmetic: it must equal the stable sort path bit for bit at every size. The router must
+pick the op path's experts, with probabilities and weights close to its (on an H100 they differed in the last
+bits), and each row must be the row alone, bit for bit.
 Run: ``python -m pytest -q -m gpu tests/gpu``.
 """
 

@@ -1,8 +1,8 @@
 """The routing kernels (``expert_grouping``, ``route``) under Triton's interpreter, against the ops they replace.
 
-Both use no BLAS: the grouping is integer arithmetic (one answer), the router's float32 softmax, sums and
-quotients are numpy's reductions and elementwise ops along each row, the same code over the same bytes as
-``row_reduce`` and ``topk_rows`` run, so equality with those is checked bit for bit here. On a GPU the same
+The grouping is integer arithmetic (one answer), checked bit for bit. The router is checked for the same experts
+and close values (a compiled kernel rounds its float32 softmax on its own: on an H100 its last bits differed from
+the ops'), and bit for bit only where invariance needs it: each row the same alone and in a batch. On a GPU the
 checks run compiled, at real sizes, in ``tests/gpu/test_routing_gpu.py``.
 """
 
@@ -113,11 +113,15 @@ def _scores(rows, experts, dtype, seed):
 
 @pytest.mark.parametrize("rows,experts,k,dtype", [
     (1, 8, 2, torch.float32), (70, 128, 8, torch.bfloat16), (5, 100, 1, torch.float32), (65, 9, 9, torch.bfloat16)])
-def test_route_has_the_bits_of_the_routers_ops(rows, experts, k, dtype):
+def test_route_picks_the_routers_experts_and_their_values(rows, experts, k, dtype):
     scores, expert_scale = _scores(rows, experts, dtype, seed=rows)
     got, expected = triton_kernels.route(scores, expert_scale, k), _router_ops(scores, expert_scale, k)
     for name, g, e in zip(("probabilities", "weights", "indices"), got, expected):
-        assert g.dtype == e.dtype and g.shape == e.shape and torch.equal(g, e), name
+        assert g.dtype == e.dtype and g.shape == e.shape, name
+    assert torch.equal(got[2], expected[2])  # the same experts, ties by index
+    # the values only closely: a compiled kernel rounds its softmax on its own (the H100 gave other last bits)
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(got[1], expected[1], rtol=1e-5, atol=1e-8)
 
 
 def test_route_rows_equal_alone():
@@ -137,12 +141,15 @@ def test_route_refuses_sizes_outside_the_kernel():
         triton_kernels.route(torch.zeros(2, 4), torch.ones(4), 5)
 
 
-def test_fused_routers_forward_equals_transformers_and_comes_off_on_exit():
+def test_fused_routers_forward_equals_transformers_and_comes_off_on_exit(monkeypatch):
     from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextRouter
 
     from canvaslab.invariant import ops
+    from canvaslab.invariant import routing
     from canvaslab.invariant.routing import fused_routers
     from canvaslab.models.presets import TINY
+
+    monkeypatch.setattr(routing, "FUSE_ROUTERS", True)
 
     router = DiffusionGemmaTextRouter(TINY.build_config().text_config)
     gen = torch.Generator().manual_seed(0)

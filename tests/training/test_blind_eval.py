@@ -131,6 +131,18 @@ def test_cli_refuses_a_release_already_evaluated_in_one_line(tmp_path):
     _refused_in_one_line(result, "already evaluated", tmp_path / "out")
 
 
+def test_a_rerun_of_a_release_never_evaluated_is_refused(tmp_path):
+    sha = blind.registered()["sha256"]
+    with pytest.raises(CanvaslabError, match="no evaluation"):
+        blind_eval.check_release(blind_eval.read_record(tmp_path / "record.json"), RELEASE, sha, rerun=True)
+
+
+def test_cli_refuses_to_run_away_from_the_committed_record_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default record is relative to the repository root
+    _refused_in_one_line(_run("blind-eval", "--model", "mini", "--out", str(tmp_path / "out")), "no record",
+                         tmp_path / "out")
+
+
 def test_cli_refuses_bad_options_in_one_line(tmp_path):
     _refused_in_one_line(_run("blind-eval", "--out", str(tmp_path / "out"), "--dtype", "int8"), "--dtype",
                          tmp_path / "out")

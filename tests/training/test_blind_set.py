@@ -34,10 +34,6 @@ def known_prompts() -> list[str]:
     return prompts
 
 
-def test_the_set_is_the_same_bytes_every_time():
-    assert blind.set_bytes() == blind.set_bytes()
-
-
 def test_another_seed_gives_another_set():
     assert blind.set_sha256(per_task=5, seed=blind.BLIND_SEED + 1) != blind.set_sha256(per_task=5)
 

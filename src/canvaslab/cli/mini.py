@@ -251,6 +251,9 @@ def blind_eval(
         check_names(path, option)
     if _out_folder(out).exists() and any(out.iterdir()):
         raise CanvaslabError(f"--out {out} is not empty: choose a new folder")
+    if record == BLIND_RECORD and not record.exists():  # relative: elsewhere it would miss the committed record
+        raise CanvaslabError(f"no record of evaluations at {record}: run from the repository root, or pass "
+                             "--record FILE")
     package = model_package(model)
     registration = blind.registered(registration_file) if registration_file else blind.registered()
     check_release(read_record(record), package.distribution, registration["sha256"], rerun)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 
 from canvaslab.errors import CanvaslabError
-from canvaslab.invariant import attention, experts, ops
+from canvaslab.invariant import attention, experts, ops, routing
 from canvaslab.invariant.norms import fused_rms_norms
 from canvaslab.invariant.padding import per_row_positions
 from canvaslab.invariant.routing import fused_routers
@@ -127,7 +127,8 @@ class Invariant(Mode):
                 "dense matmuls: cuBLAS in whole 256-row blocks for shapes a per-process check finds batch-invariant, "
                 "Triton otherwise (CUDA)",
                 "RMSNorm: one fused kernel, with the query/key rotary embedding (CUDA)",
-                "router: softmax, top-k, renormalisation and scales in one kernel (CUDA)",
+                *(["router: softmax, top-k, renormalisation and scales in one kernel (CUDA)"] if routing.FUSE_ROUTERS
+                  else []),
                 "experts' grouping: two integer kernels in place of a stable sort (CUDA)",
                 "lm_head: one cuBLAS call per canvas (CUDA)", "sampling: per-row streams",
                 "denoising step: one streamed pass over the vocabulary, Philox draws (CUDA)"]

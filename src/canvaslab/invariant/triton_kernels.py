@@ -714,8 +714,8 @@ def _router_kernel(scores_ptr, expert_scale_ptr, probs_ptr, weights_ptr, indices
     offs = tl.arange(0, BLOCK)[None, :]
     free = row_mask[:, None] & (offs < E)
     x = tl.load(scores_ptr + rows[:, None].to(tl.int64) * s_x + offs, mask=free, other=float("-inf")).to(tl.float32)
-    # softmax in float32 as ``_row_kernel`` computes it for a row of one block (its online pass gives the lane's
-    # exp(x - max) times exactly 1): the same max, exponentials, sum over the same (ROWS, BLOCK) tile, quotient
+    # softmax in float32 with ``_row_kernel``'s steps for a row of one block: max, exponentials, sum over a
+    # (ROWS, BLOCK) tile, quotient (compiled, the last bits may differ from that kernel's: seen on an H100)
     top = tl.max(x, axis=1)
     exps = tl.exp(x - tl.where(top == float("-inf"), 0.0, top)[:, None])
     probs = tl.exp(x - top[:, None]) / tl.sum(exps, axis=1)[:, None]
@@ -742,8 +742,8 @@ def _router_kernel(scores_ptr, expert_scale_ptr, probs_ptr, weights_ptr, indices
 
 
 def route(scores: torch.Tensor, expert_scale: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """DiffusionGemma's router after its projection, in one launch: ``(probabilities, weights, indices)`` as
-    transformers computes them from ``scores`` ``(..., E)`` (``E`` at most ``TOPK_MAX_WIDTH``, ``k`` at most
+    """DiffusionGemma's router after its projection, in one launch: ``(probabilities, weights, indices)`` by
+    transformers' steps (the same experts; values that may differ in the last bits) from ``scores`` ``(..., E)`` (``E`` at most ``TOPK_MAX_WIDTH``, ``k`` at most
     ``TOPK_MAX_K``): the float32 softmax, its ``k`` largest in ``topk_rows``' order, those divided by their sum,
     times ``expert_scale`` of their experts. Each row is computed on its own lanes with the tile plan
     ``row_reduce`` gives a row of ``E``, so nothing depends on the other rows."""

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from scipy.stats import binomtest
 
 from canvaslab.analysis import validity
 from canvaslab.errors import CanvaslabError
@@ -63,6 +62,8 @@ def check_release(record: dict[str, Any], release: str, sha256: str, rerun: bool
         raise CanvaslabError(f"{release} was already evaluated on the blind set ({done[0]['result']}, "
                              f"{done[0]['date']}): one evaluation per release; pass --rerun to evaluate it again, "
                              "recorded as a re-run")
+    if rerun and not done:
+        raise CanvaslabError(f"--rerun: {release} has no evaluation on the blind set in the record to run again")
 
 
 def add_to_record(path: Path, release: str, sha256: str, result: str, rerun: bool) -> dict[str, Any]:
@@ -76,6 +77,8 @@ def add_to_record(path: Path, release: str, sha256: str, result: str, rerun: boo
 
 
 def wilson(k: int, n: int) -> list[float]:
+    from scipy.stats import binomtest  # lazily: the set itself needs no scipy (the ``analysis`` extra)
+
     interval = binomtest(k, n).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
     return [float(interval.low), float(interval.high)]
 

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from canvaslab.invariant.modes import mode_named
 from canvaslab.reports.evidence.sources import result_file, table
 
 RESULTS = Path("benchmarks/results")
@@ -281,6 +282,11 @@ def _limits(root: Path) -> tuple[dict[str, Any], dict[int, dict[str, Any]], dict
             {(entry["mode"], entry["layers"], entry["batch"]): entry for entry in limits["speed"]})
 
 
+def _invariant(mode: str) -> bool:
+    """Whether a result file's mode name is the batch-invariant mode."""
+    return mode_named(mode).batch_invariant
+
+
 def _versus_limit(entry: dict[str, Any]) -> str:
     ratio = entry["vs_weight_read_limit"] if entry["bound"] == "weight read" else entry["vs_compute_limit"]
     return f"{ratio:.2f}x the {entry['bound'].replace(' ', '-')} limit"
@@ -293,7 +299,7 @@ def h100_speed_row(root: Path) -> list[str]:
     peak = max(phase["peak_since_previous_gib"] for phase in memory["phases"])
     cells = []
     for layers in sorted({layers for _, layers, _ in speed}):
-        batches = sorted({b for mode, depth, b in speed if depth == layers and mode == "invariant"})
+        batches = sorted({b for mode, depth, b in speed if depth == layers and _invariant(mode)})
         cells.append(f"{layers} layers: " + ", ".join(
             f"B={b} {speed[('invariant', layers, b)]['steady_ms_per_row_pass']:.2f} "
             f"({_versus_limit(speed[('invariant', layers, b)])}) / "
@@ -330,7 +336,7 @@ def readme_gpu(root: Path) -> str:
     """The README's GPU rows: the H200's studies, proofs, speed and serving, then the H100's."""
     rows = [batch_study_row(root), op_scan_row(root), h200_proof_row(root), h200_speed_row(root),
             h200_generations_row(root), serve_row(root, "h200-30l", "H200"), serve_row(root, "h100-6l", "H100"),
-            serve_row(root, "h100-6l-continuous", "H100"), h100_speed_row(root), h100_proof_row(root)]
+            serve_row(root, "h100-6l-continuous-fused", "H100"), h100_speed_row(root), h100_proof_row(root)]
     return table(["what", "result", "folder"], rows)
 
 
@@ -402,7 +408,7 @@ def h100_values(root: Path) -> dict[str, str]:
         values[f"h100.limit.{layers}l.compute"] = f"{limit['compute_ms_per_row']:.3g} ms"
     for (mode, layers, batch), entry in speed.items():
         values[f"h100.speed.{layers}l.b{batch}.{mode}"] = f"{entry['steady_ms_per_row_pass']:.2f}"
-        if mode == "invariant":
+        if _invariant(mode):
             values[f"h100.speed.{layers}l.b{batch}.ratio"] = _versus_limit(entry).split(" the ")[0]
     for name in ("invariant_6l_mixed", "invariant_30l_mixed", "stock_6l_mixed"):
         summary = proof(root, H100_PROOFS / "proof" / name)
@@ -445,7 +451,7 @@ def routing_values(root: Path) -> dict[str, str]:
     for entry in limits["speed"]:
         key = f"h100-routing.speed.{entry['layers']}l.b{entry['batch']}.{entry['mode']}"
         values[key] = f"{entry['steady_ms_per_row_pass']:.2f}"
-        if entry["mode"] == "invariant":
+        if _invariant(entry["mode"]):
             values[key.replace(".invariant", ".ratio")] = _versus_limit(entry).split(" the ")[0]
     for layers in (6, 30):
         for batch, figures in profile_batches(root, H100_ROUTING / f"profile_{layers}l_steady.txt").items():
