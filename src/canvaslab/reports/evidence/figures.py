@@ -240,7 +240,9 @@ def _serve_values(root: Path) -> dict[str, str]:
             values[f"serve.{key}.{mode}.differing"] = f"{differing} of {answers}"
             values[f"serve.{key}.{mode}.requests"] = rates_text(rates)
             for level, rate in zip(run["levels"], rates):
-                values[f"serve.{key}.{mode}.requests-at-{level['concurrency']}"] = f"{rate:.1f}"
+                # below one request a second (a CPU), three decimals: one would print 0.0
+                values[f"serve.{key}.{mode}.requests-at-{level['concurrency']}"] = \
+                    f"{rate:.1f}" if rate >= 1 else f"{rate:.3f}"
         runs = serve_runs(root, key)
         if {"invariant", "stock"} <= set(runs):
             ratios = [serve_figures(runs["invariant"])[2][i] / rate

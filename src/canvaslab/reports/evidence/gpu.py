@@ -25,7 +25,8 @@ SERVE = {"h100-6l": RESULTS / "h100-serve-load", "h100-6l-continuous": RESULTS /
          "h100-6l-continuous-fused": RESULTS / "h100-serve-continuous-fused-6l",
          "h200-30l": RESULTS / "h200-serve-load-30l", "cpu-mini": RESULTS / "cpu-serve-load",
          "cpu-tiny": RESULTS / "cpu-serve-load-tiny", "cpu-tiny-continuous": RESULTS / "cpu-serve-continuous-tiny",
-         "cpu-tiny-continuous-stock": RESULTS / "cpu-serve-continuous-tiny-stock"}
+         "cpu-tiny-continuous-stock": RESULTS / "cpu-serve-continuous-tiny-stock",
+         "cpu-mini-continuous": RESULTS / "cpu-serve-continuous-mini"}
 _ENCODER_NORM_MEAN = re.compile(r"^model\.encoder\.language_model\.layers\.(\d+)\.[\w.]*norm::mean$")
 
 
