@@ -70,18 +70,10 @@ def test_expert_grouping_is_the_stable_sort_at_random_sizes(tokens, experts, top
     _assert_grouping_is_the_sort(_ids(tokens * top_k, experts, seed), experts, top_k, block_m)
 
 
-def test_experts_grouping_path_computes_what_the_sorted_path_does():
-    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextExperts
-
+def test_experts_grouping_path_computes_what_the_sorted_path_does(tiny_experts):
     from canvaslab.invariant import experts as invariant_experts
-    from canvaslab.models.presets import TINY
 
-    config = TINY.build_config().text_config
-    module = DiffusionGemmaTextExperts(config)
-    gen = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        module.gate_up_proj.normal_(generator=gen)
-        module.down_proj.normal_(generator=gen)
+    config, module, gen = tiny_experts
     tokens, top_k = 21, config.top_k_experts
     x = torch.randn(tokens, config.hidden_size, generator=gen)
     index = torch.stack([torch.randperm(config.num_experts, generator=gen)[:top_k] for _ in range(tokens)])

@@ -121,18 +121,10 @@ def test_grouped_linear_gathers_its_rows_like_indexing():
     torch.testing.assert_close(gathered, indexed, rtol=1e-6, atol=1e-6)  # bit for bit on the GPU: tests/gpu
 
 
-def test_invariant_experts_grouped_path_matches_per_expert_path():
-    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextExperts
-
+def test_invariant_experts_grouped_path_matches_per_expert_path(tiny_experts):
     from canvaslab.invariant import experts as invariant_experts
-    from canvaslab.models.presets import TINY
 
-    config = TINY.build_config().text_config
-    module = DiffusionGemmaTextExperts(config)
-    gen = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        module.gate_up_proj.normal_(generator=gen)
-        module.down_proj.normal_(generator=gen)
+    config, module, gen = tiny_experts
     module.to(DEVICE)
     x, counts, _ = _routed(40, config.num_experts, config.top_k_experts, config.hidden_size, seed=4)
     x, counts = x.to(DEVICE), counts.to(DEVICE)

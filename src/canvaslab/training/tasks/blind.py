@@ -59,15 +59,11 @@ CHECKERS = {"math": "math: the number after '####', else the last number, equals
 
 OPENERS = ("", "Morning! ", "Here goes: ", "Help needed: ", "Next up. ", "Another quick one. ", "Hiya. ")
 CLOSERS = ("", " Ta very much.", " A short answer is fine.", " Appreciate it.", " Thanks so much.", " Cheers!")
-_BARE_WEIGHT = 3
 
 
 def wrap(rng: random.Random, core: str, lowercase: bool = True) -> str:
     """``core`` in a blind wrapper, lower-cased 10% of the time where case is not part of the task."""
-    opener = rng.choices(OPENERS, [_BARE_WEIGHT] + [1] * (len(OPENERS) - 1))[0]
-    closer = rng.choices(CLOSERS, [_BARE_WEIGHT] + [1] * (len(CLOSERS) - 1))[0]
-    text = opener + core + closer
-    return text.lower() if lowercase and rng.random() < 0.10 else text
+    return heldout_templates.wrapped(rng, core, OPENERS, CLOSERS, 0.10, lowercase)
 
 
 def _key(task: str, *parts: object) -> str:

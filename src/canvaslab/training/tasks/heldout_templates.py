@@ -44,12 +44,19 @@ SUFFIXES = ("", " Cheers.", " Much appreciated.", " Keep it short.", " I'm in a 
 _BARE_WEIGHT = 3
 
 
+def wrapped(rng: random.Random, core: str, prefixes: tuple[str, ...], suffixes: tuple[str, ...],
+            lower_share: float, lowercase: bool = True) -> str:
+    """``core`` between a drawn prefix and suffix (the bare ones, first, ``_BARE_WEIGHT`` times as likely),
+    lower-cased ``lower_share`` of the time where case is not part of the task."""
+    prefix = rng.choices(prefixes, [_BARE_WEIGHT] + [1] * (len(prefixes) - 1))[0]
+    suffix = rng.choices(suffixes, [_BARE_WEIGHT] + [1] * (len(suffixes) - 1))[0]
+    text = prefix + core + suffix
+    return text.lower() if lowercase and rng.random() < lower_share else text
+
+
 def phrase(rng: random.Random, core: str, lowercase: bool = True) -> str:
     """``core`` inside a held-out wrapper (lower-cased 15% of the time where case is not part of the task)."""
-    prefix = rng.choices(PREFIXES, [_BARE_WEIGHT] + [1] * (len(PREFIXES) - 1))[0]
-    suffix = rng.choices(SUFFIXES, [_BARE_WEIGHT] + [1] * (len(SUFFIXES) - 1))[0]
-    text = prefix + core + suffix
-    return text.lower() if lowercase and rng.random() < 0.15 else text
+    return wrapped(rng, core, PREFIXES, SUFFIXES, 0.15, lowercase)
 
 
 def _key(task: str, *parts: object) -> str:
